@@ -1,0 +1,3 @@
+//! shardlog: a Kafka-compatible commit log, thread-per-core on io_uring.
+
+pub mod protocol;

@@ -1,0 +1,91 @@
+//! Kafka error codes: the one place where they are spelled out. Handlers map
+//! their own error enums onto these.
+
+/// A Kafka protocol error code (the `error_code` field of responses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(i16)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    UnknownServerError = -1,
+    None = 0,
+    OffsetOutOfRange = 1,
+    CorruptMessage = 2,
+    UnknownTopicOrPartition = 3,
+    InvalidFetchSize = 4,
+    LeaderNotAvailable = 5,
+    NotLeaderOrFollower = 6,
+    RequestTimedOut = 7,
+    MessageTooLarge = 10,
+    OffsetMetadataTooLarge = 12,
+    CoordinatorLoadInProgress = 14,
+    CoordinatorNotAvailable = 15,
+    NotCoordinator = 16,
+    InvalidTopicException = 17,
+    RecordListTooLarge = 18,
+    NotEnoughReplicas = 19,
+    InvalidRequiredAcks = 21,
+    IllegalGeneration = 22,
+    InconsistentGroupProtocol = 23,
+    InvalidGroupId = 24,
+    UnknownMemberId = 25,
+    InvalidSessionTimeout = 26,
+    RebalanceInProgress = 27,
+    InvalidCommitOffsetSize = 28,
+    InvalidTimestamp = 32,
+    UnsupportedVersion = 35,
+    TopicAlreadyExists = 36,
+    InvalidPartitions = 37,
+    InvalidReplicationFactor = 38,
+    InvalidReplicaAssignment = 39,
+    InvalidConfig = 40,
+    NotController = 41,
+    InvalidRequest = 42,
+    PolicyViolation = 44,
+    OutOfOrderSequenceNumber = 45,
+    DuplicateSequenceNumber = 46,
+    InvalidProducerEpoch = 47,
+    InvalidProducerIdMapping = 49,
+    KafkaStorageError = 56,
+    UnknownProducerId = 59,
+    NonEmptyGroup = 68,
+    GroupIdNotFound = 69,
+    FencedLeaderEpoch = 74,
+    UnknownLeaderEpoch = 75,
+    MemberIdRequired = 79,
+    GroupMaxSizeReached = 81,
+    FencedInstanceId = 82,
+    InvalidRecord = 87,
+    UnstableOffsetCommit = 88,
+}
+
+impl ErrorCode {
+    pub fn code(self) -> i16 {
+        self as i16
+    }
+
+    pub fn is_ok(self) -> bool {
+        self == ErrorCode::None
+    }
+}
+
+
+/// Maps a received error code onto the enum (client side); codes we do not
+/// know read as UNKNOWN_SERVER_ERROR.
+pub fn from_code(code: i16) -> ErrorCode {
+    use ErrorCode::*;
+    const ALL: &[ErrorCode] = &[
+        UnknownServerError, None, OffsetOutOfRange, CorruptMessage, UnknownTopicOrPartition,
+        InvalidFetchSize, LeaderNotAvailable, NotLeaderOrFollower, RequestTimedOut, MessageTooLarge,
+        OffsetMetadataTooLarge, CoordinatorLoadInProgress, CoordinatorNotAvailable, NotCoordinator,
+        InvalidTopicException, RecordListTooLarge, NotEnoughReplicas, InvalidRequiredAcks,
+        IllegalGeneration, InconsistentGroupProtocol, InvalidGroupId, UnknownMemberId,
+        InvalidSessionTimeout, RebalanceInProgress, InvalidCommitOffsetSize, InvalidTimestamp,
+        UnsupportedVersion, TopicAlreadyExists, InvalidPartitions, InvalidReplicationFactor,
+        InvalidReplicaAssignment, InvalidConfig, NotController, InvalidRequest, PolicyViolation,
+        OutOfOrderSequenceNumber, DuplicateSequenceNumber, InvalidProducerEpoch,
+        InvalidProducerIdMapping, KafkaStorageError, UnknownProducerId, NonEmptyGroup,
+        GroupIdNotFound, FencedLeaderEpoch, UnknownLeaderEpoch, MemberIdRequired,
+        GroupMaxSizeReached, FencedInstanceId, InvalidRecord, UnstableOffsetCommit,
+    ];
+    ALL.iter().copied().find(|e| e.code() == code).unwrap_or(UnknownServerError)
+}

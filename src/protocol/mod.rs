@@ -1,0 +1,194 @@
+//! Bytes <-> types for the Kafka wire protocol: framing, primitives, record
+//! batches, and one file per API. Nothing here decides anything; handlers in
+//! `server::handlers` do. Every decoder checks lengths against the bytes that
+//! remain before allocating (see `wire`).
+
+pub mod error;
+pub mod record_batch;
+pub mod wire;
+
+pub mod alter_configs;
+pub mod api_versions;
+pub mod create_partitions;
+pub mod create_topics;
+pub mod delete_records;
+pub mod delete_topics;
+pub mod describe_configs;
+pub mod fetch;
+pub mod incremental_alter_configs;
+pub mod init_producer_id;
+pub mod list_offsets;
+pub mod metadata;
+pub mod offset_for_leader_epoch;
+pub mod produce;
+
+pub mod delete_groups;
+pub mod describe_groups;
+pub mod find_coordinator;
+pub mod heartbeat;
+pub mod join_group;
+pub mod leave_group;
+pub mod list_groups;
+pub mod offset_commit;
+pub mod offset_fetch;
+pub mod sync_group;
+
+pub use error::ErrorCode;
+pub use wire::{DecodeError, DecodeResult, Reader, Writer};
+
+/// The Kafka APIs shardlog knows, by request key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(i16)]
+pub enum ApiKey {
+    Produce = 0,
+    Fetch = 1,
+    ListOffsets = 2,
+    Metadata = 3,
+    OffsetCommit = 8,
+    OffsetFetch = 9,
+    FindCoordinator = 10,
+    JoinGroup = 11,
+    Heartbeat = 12,
+    LeaveGroup = 13,
+    SyncGroup = 14,
+    DescribeGroups = 15,
+    ListGroups = 16,
+    ApiVersions = 18,
+    CreateTopics = 19,
+    DeleteTopics = 20,
+    DeleteRecords = 21,
+    InitProducerId = 22,
+    OffsetForLeaderEpoch = 23,
+    DescribeConfigs = 32,
+    AlterConfigs = 33,
+    CreatePartitions = 37,
+    DeleteGroups = 42,
+    IncrementalAlterConfigs = 44,
+}
+
+/// A supported API with its version range and the first version that uses
+/// the flexible (compact, tagged) encoding.
+#[derive(Debug, Clone, Copy)]
+pub struct ApiRange {
+    pub key: ApiKey,
+    pub version_min: i16,
+    pub version_max: i16,
+    pub flexible_from: i16,
+}
+
+const fn range(key: ApiKey, version_min: i16, version_max: i16, flexible_from: i16) -> ApiRange {
+    ApiRange { key, version_min, version_max, flexible_from }
+}
+
+/// What ApiVersions advertises: exactly what the handlers implement. The
+/// ranges keep librdkafka ≤ 2.11 happy, which silently disables a feature when
+/// its legacy versions fall outside the advertised range.
+pub const SUPPORTED_APIS: &[ApiRange] = &[
+    range(ApiKey::Produce, 3, 8, 9),
+    range(ApiKey::Fetch, 4, 11, 12),
+    range(ApiKey::ListOffsets, 1, 5, 6),
+    range(ApiKey::Metadata, 0, 8, 9),
+    range(ApiKey::ApiVersions, 0, 3, 3),
+    range(ApiKey::CreateTopics, 2, 4, 5),
+    range(ApiKey::DeleteTopics, 1, 3, 4),
+    range(ApiKey::DeleteRecords, 0, 1, 2),
+    range(ApiKey::InitProducerId, 0, 1, 2),
+    range(ApiKey::OffsetForLeaderEpoch, 2, 3, 4),
+    range(ApiKey::DescribeConfigs, 1, 3, 4),
+    range(ApiKey::AlterConfigs, 0, 1, 2),
+    range(ApiKey::CreatePartitions, 0, 1, 2),
+    range(ApiKey::IncrementalAlterConfigs, 0, 1, 1),
+];
+
+impl ApiKey {
+    pub fn from_i16(key: i16) -> Option<Self> {
+        use ApiKey::*;
+        Some(match key {
+            0 => Produce,
+            1 => Fetch,
+            2 => ListOffsets,
+            3 => Metadata,
+            8 => OffsetCommit,
+            9 => OffsetFetch,
+            10 => FindCoordinator,
+            11 => JoinGroup,
+            12 => Heartbeat,
+            13 => LeaveGroup,
+            14 => SyncGroup,
+            15 => DescribeGroups,
+            16 => ListGroups,
+            18 => ApiVersions,
+            19 => CreateTopics,
+            20 => DeleteTopics,
+            21 => DeleteRecords,
+            22 => InitProducerId,
+            23 => OffsetForLeaderEpoch,
+            32 => DescribeConfigs,
+            33 => AlterConfigs,
+            37 => CreatePartitions,
+            42 => DeleteGroups,
+            44 => IncrementalAlterConfigs,
+            _ => return None,
+        })
+    }
+
+    pub fn range(self) -> Option<&'static ApiRange> {
+        SUPPORTED_APIS.iter().find(|r| r.key == self)
+    }
+}
+
+/// Request header, v1 or v2 (v2 adds tagged fields in flexible requests).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestHeader {
+    pub api_key: i16,
+    pub api_version: i16,
+    pub correlation_id: i32,
+    pub client_id: Option<String>,
+}
+
+/// A header whose key and version we serve, with the flexibility resolved.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub header: RequestHeader,
+    pub api: ApiKey,
+    pub flexible: bool,
+}
+
+/// What a frame's header tells us: either a request we serve, or enough to
+/// answer an unsupported one.
+#[derive(Debug)]
+pub enum ParsedHeader {
+    Supported(Request),
+    /// Unknown key or out-of-range version.
+    Unsupported(RequestHeader),
+}
+
+/// Reads the request header from the front of a frame.
+pub fn parse_header(r: &mut Reader) -> DecodeResult<ParsedHeader> {
+    let api_key = r.i16()?;
+    let api_version = r.i16()?;
+    let correlation_id = r.i32()?;
+    let client_id = r.nullable_string()?;
+    let header = RequestHeader { api_key, api_version, correlation_id, client_id };
+    let Some(range) = ApiKey::from_i16(api_key).and_then(ApiKey::range) else {
+        return Ok(ParsedHeader::Unsupported(header));
+    };
+    if api_version < range.version_min || api_version > range.version_max {
+        return Ok(ParsedHeader::Unsupported(header));
+    }
+    let flexible = api_version >= range.flexible_from;
+    if flexible {
+        r.tagged_fields()?;
+    }
+    Ok(ParsedHeader::Supported(Request { header, api: range.key, flexible }))
+}
+
+/// Starts a response: the header, v0 or (flexible, not ApiVersions) v1.
+pub fn response_writer(correlation_id: i32, api: ApiKey, flexible: bool) -> Writer {
+    let mut w = Writer::new();
+    w.i32(correlation_id);
+    if flexible && api != ApiKey::ApiVersions {
+        w.tagged_fields_v(true);
+    }
+    w
+}

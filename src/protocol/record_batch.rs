@@ -1,0 +1,454 @@
+//! Kafka v2 record batches: header layout, validation and the two in-place
+//! patches the broker makes (base offset, partition leader epoch).
+//!
+//! ```text
+//! offset  size  field                   covered by CRC
+//!      0     8  base_offset             no   (patched by the broker)
+//!      8     4  batch_length            no   (bytes after this field)
+//!     12     4  partition_leader_epoch  no   (patched by the broker)
+//!     16     1  magic (= 2)             no
+//!     17     4  crc (CRC-32C)           no
+//!     21     2  attributes              yes
+//!     23     4  last_offset_delta       yes
+//!     27     8  base_timestamp          yes
+//!     35     8  max_timestamp           yes
+//!     43     8  producer_id             yes
+//!     51     2  producer_epoch          yes
+//!     53     4  base_sequence           yes
+//!     57     4  record_count            yes
+//!     61     …  records                 yes
+//! ```
+//!
+//! Validation lives here alone and is shared by the produce path, log recovery
+//! and the fuzzers.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+pub const BASE_OFFSET_AT: usize = 0;
+pub const BATCH_LENGTH_AT: usize = BASE_OFFSET_AT + 8;
+pub const LEADER_EPOCH_AT: usize = BATCH_LENGTH_AT + 4;
+pub const MAGIC_AT: usize = LEADER_EPOCH_AT + 4;
+pub const CRC_AT: usize = MAGIC_AT + 1;
+pub const ATTRIBUTES_AT: usize = CRC_AT + 4;
+pub const LAST_OFFSET_DELTA_AT: usize = ATTRIBUTES_AT + 2;
+pub const BASE_TIMESTAMP_AT: usize = LAST_OFFSET_DELTA_AT + 4;
+pub const MAX_TIMESTAMP_AT: usize = BASE_TIMESTAMP_AT + 8;
+pub const PRODUCER_ID_AT: usize = MAX_TIMESTAMP_AT + 8;
+pub const PRODUCER_EPOCH_AT: usize = PRODUCER_ID_AT + 8;
+pub const BASE_SEQUENCE_AT: usize = PRODUCER_EPOCH_AT + 2;
+pub const RECORD_COUNT_AT: usize = BASE_SEQUENCE_AT + 4;
+pub const HEADER_BYTES: usize = RECORD_COUNT_AT + 4;
+/// `batch_length` counts the bytes after itself.
+pub const LENGTH_PREFIX_BYTES: usize = BATCH_LENGTH_AT + 4;
+
+const _: () = assert!(HEADER_BYTES == 61);
+
+pub const ATTR_COMPRESSION_MASK: i16 = 0x07;
+pub const ATTR_LOG_APPEND_TIME: i16 = 0x08;
+pub const ATTR_TRANSACTIONAL: i16 = 0x10;
+pub const ATTR_CONTROL: i16 = 0x20;
+
+/// Why a batch was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BatchError {
+    #[error("batch header truncated: {0} bytes")]
+    Truncated(usize),
+    #[error("batch length {0} is out of range")]
+    BadLength(i64),
+    #[error("unsupported magic {0}")]
+    BadMagic(i8),
+    #[error("crc mismatch: stored {stored:#010x}, computed {computed:#010x}")]
+    CrcMismatch { stored: u32, computed: u32 },
+    #[error("record count {count} disagrees with last offset delta {last_offset_delta}")]
+    CountMismatch { count: i32, last_offset_delta: i32 },
+    #[error("records do not parse: {0}")]
+    BadRecords(&'static str),
+}
+
+impl BatchError {
+    /// CRC and framing problems are CORRUPT_MESSAGE; a well-framed batch whose
+    /// contents lie is INVALID_RECORD.
+    pub fn error_code(&self) -> super::ErrorCode {
+        match self {
+            BatchError::CountMismatch { .. } | BatchError::BadRecords(_) => super::ErrorCode::InvalidRecord,
+            _ => super::ErrorCode::CorruptMessage,
+        }
+    }
+}
+
+/// The fields of a batch header the broker reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchHeader {
+    pub base_offset: i64,
+    /// Total size of the batch in bytes (length prefix included).
+    pub size_bytes: usize,
+    pub leader_epoch: i32,
+    pub magic: i8,
+    pub crc: u32,
+    pub attributes: i16,
+    pub last_offset_delta: i32,
+    pub base_timestamp: i64,
+    pub max_timestamp: i64,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+    pub record_count: i32,
+}
+
+impl BatchHeader {
+    /// Parses the fixed header; checks only that it is there and that the
+    /// length is plausible against `batch_bytes_max`.
+    pub fn parse(data: &[u8], batch_bytes_max: usize) -> Result<Self, BatchError> {
+        if data.len() < HEADER_BYTES {
+            return Err(BatchError::Truncated(data.len()));
+        }
+        let batch_length = read_i32(data, BATCH_LENGTH_AT);
+        let size = i64::from(batch_length) + LENGTH_PREFIX_BYTES as i64;
+        if size < HEADER_BYTES as i64 || size > batch_bytes_max.min(i32::MAX as usize) as i64 {
+            return Err(BatchError::BadLength(i64::from(batch_length)));
+        }
+        Ok(Self {
+            base_offset: read_i64(data, BASE_OFFSET_AT),
+            size_bytes: size as usize,
+            leader_epoch: read_i32(data, LEADER_EPOCH_AT),
+            magic: data[MAGIC_AT] as i8,
+            crc: read_i32(data, CRC_AT) as u32,
+            attributes: read_i16(data, ATTRIBUTES_AT),
+            last_offset_delta: read_i32(data, LAST_OFFSET_DELTA_AT),
+            base_timestamp: read_i64(data, BASE_TIMESTAMP_AT),
+            max_timestamp: read_i64(data, MAX_TIMESTAMP_AT),
+            producer_id: read_i64(data, PRODUCER_ID_AT),
+            producer_epoch: read_i16(data, PRODUCER_EPOCH_AT),
+            base_sequence: read_i32(data, BASE_SEQUENCE_AT),
+            record_count: read_i32(data, RECORD_COUNT_AT),
+        })
+    }
+
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset + i64::from(self.last_offset_delta)
+    }
+
+    pub fn compression(&self) -> i16 {
+        self.attributes & ATTR_COMPRESSION_MASK
+    }
+
+    pub fn is_control(&self) -> bool {
+        self.attributes & ATTR_CONTROL != 0
+    }
+
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & ATTR_TRANSACTIONAL != 0
+    }
+}
+
+/// Checks a whole batch: magic 2, length, CRC-32C, and for uncompressed batches
+/// that the records parse and their number matches the header. `data` must be
+/// exactly one batch.
+pub fn validate(data: &[u8], batch_bytes_max: usize) -> Result<BatchHeader, BatchError> {
+    let header = validate_framing(data, batch_bytes_max)?;
+    if header.size_bytes != data.len() {
+        return Err(BatchError::BadLength(data.len() as i64 - LENGTH_PREFIX_BYTES as i64));
+    }
+    if header.record_count < 0 || header.last_offset_delta < 0 || header.last_offset_delta != header.record_count - 1 {
+        return Err(BatchError::CountMismatch {
+            count: header.record_count,
+            last_offset_delta: header.last_offset_delta,
+        });
+    }
+    if header.compression() == 0 {
+        let parsed = count_records(&data[HEADER_BYTES..])?;
+        if parsed != header.record_count as usize {
+            return Err(BatchError::CountMismatch {
+                count: header.record_count,
+                last_offset_delta: header.last_offset_delta,
+            });
+        }
+    }
+    Ok(header)
+}
+
+/// Checks magic, length and CRC: what recovery needs to trust a stored batch.
+/// `data` may extend past the batch.
+pub fn validate_framing(data: &[u8], batch_bytes_max: usize) -> Result<BatchHeader, BatchError> {
+    let header = BatchHeader::parse(data, batch_bytes_max)?;
+    if header.magic != 2 {
+        return Err(BatchError::BadMagic(header.magic));
+    }
+    if header.size_bytes > data.len() {
+        return Err(BatchError::Truncated(data.len()));
+    }
+    let computed = crc32c::crc32c(&data[ATTRIBUTES_AT..header.size_bytes]);
+    if computed != header.crc {
+        return Err(BatchError::CrcMismatch { stored: header.crc, computed });
+    }
+    Ok(header)
+}
+
+/// Walks uncompressed records by their length prefixes and counts them.
+fn count_records(mut records: &[u8]) -> Result<usize, BatchError> {
+    let mut count = 0usize;
+    while !records.is_empty() {
+        let (len, used) = read_varint(records).ok_or(BatchError::BadRecords("record length"))?;
+        if len < 0 || (len as usize) > records.len() - used {
+            return Err(BatchError::BadRecords("record length exceeds batch"));
+        }
+        records = &records[used + len as usize..];
+        count += 1;
+    }
+    Ok(count)
+}
+
+/// Zig-zag varint from a slice: (value, bytes used).
+pub fn read_varint(data: &[u8]) -> Option<(i64, usize)> {
+    let mut raw: u64 = 0;
+    for (index, byte) in data.iter().take(10).enumerate() {
+        raw |= u64::from(byte & 0x7f) << (7 * index);
+        if byte & 0x80 == 0 {
+            return Some((((raw >> 1) as i64) ^ -((raw & 1) as i64), index + 1));
+        }
+    }
+    None
+}
+
+/// Writes the broker-assigned base offset and leader epoch (outside the CRC).
+pub fn patch(batch: &mut [u8], base_offset: i64, leader_epoch: i32) {
+    assert!(batch.len() >= HEADER_BYTES);
+    batch[BASE_OFFSET_AT..BASE_OFFSET_AT + 8].copy_from_slice(&base_offset.to_be_bytes());
+    batch[LEADER_EPOCH_AT..LEADER_EPOCH_AT + 4].copy_from_slice(&leader_epoch.to_be_bytes());
+}
+
+/// Splits a record set (several batches back to back) into whole batches.
+/// A trailing partial batch (allowed in fetch responses) is ignored.
+pub fn split_batches(mut data: Bytes, batch_bytes_max: usize) -> Result<Vec<Bytes>, BatchError> {
+    let mut out = Vec::new();
+    while data.len() >= LENGTH_PREFIX_BYTES {
+        let batch_length = read_i32(&data, BATCH_LENGTH_AT);
+        let size = i64::from(batch_length) + LENGTH_PREFIX_BYTES as i64;
+        if size < HEADER_BYTES as i64 || size > batch_bytes_max.min(i32::MAX as usize) as i64 {
+            return Err(BatchError::BadLength(i64::from(batch_length)));
+        }
+        if size as usize > data.len() {
+            break;
+        }
+        out.push(data.split_to(size as usize));
+    }
+    Ok(out)
+}
+
+/// One record to encode into a batch.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Record {
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<(String, Option<Bytes>)>,
+    pub timestamp_delta: i64,
+    pub offset_delta: i32,
+}
+
+/// Producer fields of a batch (idempotence); `NONE` for plain producers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerFields {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+}
+
+impl ProducerFields {
+    pub const NONE: Self = Self { producer_id: -1, producer_epoch: -1, base_sequence: -1 };
+}
+
+/// Encodes an uncompressed v2 batch (used by our client, the load generator and
+/// the internal offsets log).
+pub fn encode_batch(records: &[Record], base_timestamp: i64, producer: ProducerFields) -> Bytes {
+    let mut body = BytesMut::new();
+    for record in records {
+        let mut rec = BytesMut::new();
+        rec.put_i8(0);
+        put_varlong(&mut rec, record.timestamp_delta);
+        put_varlong(&mut rec, i64::from(record.offset_delta));
+        put_opt_bytes(&mut rec, record.key.as_deref());
+        put_opt_bytes(&mut rec, record.value.as_deref());
+        put_varlong(&mut rec, record.headers.len() as i64);
+        for (key, value) in &record.headers {
+            put_opt_bytes(&mut rec, Some(key.as_bytes()));
+            put_opt_bytes(&mut rec, value.as_deref());
+        }
+        put_varlong(&mut body, rec.len() as i64);
+        body.put_slice(&rec);
+    }
+    let last_offset_delta = records.iter().map(|r| r.offset_delta).max().unwrap_or(0);
+    let max_timestamp = base_timestamp + records.iter().map(|r| r.timestamp_delta).max().unwrap_or(0);
+    let mut out = BytesMut::with_capacity(HEADER_BYTES + body.len());
+    out.put_i64(0);
+    out.put_i32((HEADER_BYTES - LENGTH_PREFIX_BYTES + body.len()) as i32);
+    out.put_i32(-1);
+    out.put_i8(2);
+    out.put_u32(0);
+    out.put_i16(0);
+    out.put_i32(last_offset_delta);
+    out.put_i64(base_timestamp);
+    out.put_i64(max_timestamp);
+    out.put_i64(producer.producer_id);
+    out.put_i16(producer.producer_epoch);
+    out.put_i32(producer.base_sequence);
+    out.put_i32(records.len() as i32);
+    out.put_slice(&body);
+    let crc = crc32c::crc32c(&out[ATTRIBUTES_AT..]);
+    out[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+    out.freeze()
+}
+
+/// Decodes the records of an uncompressed batch (client side, tests).
+pub fn decode_records(batch: &[u8]) -> Result<Vec<Record>, BatchError> {
+    let header = BatchHeader::parse(batch, usize::MAX)?;
+    if header.compression() != 0 {
+        return Err(BatchError::BadRecords("compressed batch"));
+    }
+    let end = header.size_bytes.min(batch.len());
+    let mut data = &batch[HEADER_BYTES..end];
+    let mut out = Vec::new();
+    while !data.is_empty() {
+        let (len, used) = read_varint(data).ok_or(BatchError::BadRecords("length"))?;
+        if len < 0 || len as usize > data.len() - used {
+            return Err(BatchError::BadRecords("record length"));
+        }
+        let mut rec = &data[used..used + len as usize];
+        data = &data[used + len as usize..];
+        let take_varint = |rec: &mut &[u8]| -> Result<i64, BatchError> {
+            let (v, n) = read_varint(rec).ok_or(BatchError::BadRecords("varint"))?;
+            *rec = &rec[n..];
+            Ok(v)
+        };
+        let take_opt = |rec: &mut &[u8]| -> Result<Option<Bytes>, BatchError> {
+            let (len, n) = read_varint(rec).ok_or(BatchError::BadRecords("varint"))?;
+            *rec = &rec[n..];
+            if len < 0 {
+                return Ok(None);
+            }
+            if len as usize > rec.len() {
+                return Err(BatchError::BadRecords("field length"));
+            }
+            let out = Bytes::copy_from_slice(&rec[..len as usize]);
+            *rec = &rec[len as usize..];
+            Ok(Some(out))
+        };
+        if rec.is_empty() {
+            return Err(BatchError::BadRecords("attributes"));
+        }
+        rec = &rec[1..];
+        let timestamp_delta = take_varint(&mut rec)?;
+        let offset_delta = take_varint(&mut rec)? as i32;
+        let key = take_opt(&mut rec)?;
+        let value = take_opt(&mut rec)?;
+        let header_count = take_varint(&mut rec)?;
+        if header_count < 0 || header_count as usize > rec.len() {
+            return Err(BatchError::BadRecords("header count"));
+        }
+        let mut headers = Vec::with_capacity(header_count as usize);
+        for _ in 0..header_count {
+            let key = take_opt(&mut rec)?.ok_or(BatchError::BadRecords("null header key"))?;
+            let key = String::from_utf8(key.to_vec()).map_err(|_| BatchError::BadRecords("header key utf8"))?;
+            headers.push((key, take_opt(&mut rec)?));
+        }
+        out.push(Record { key, value, headers, timestamp_delta, offset_delta });
+    }
+    Ok(out)
+}
+
+fn put_varlong(buf: &mut BytesMut, v: i64) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    while z >= 0x80 {
+        buf.put_u8((z as u8) | 0x80);
+        z >>= 7;
+    }
+    buf.put_u8(z as u8);
+}
+
+fn put_opt_bytes(buf: &mut BytesMut, data: Option<&[u8]>) {
+    match data {
+        Some(d) => {
+            put_varlong(buf, d.len() as i64);
+            buf.put_slice(d);
+        }
+        None => put_varlong(buf, -1),
+    }
+}
+
+pub fn read_i16(data: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes([data[at], data[at + 1]])
+}
+
+pub fn read_i32(data: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes([data[at], data[at + 1], data[at + 2], data[at + 3]])
+}
+
+pub fn read_i64(data: &[u8], at: usize) -> i64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&data[at..at + 8]);
+    i64::from_be_bytes(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Bytes {
+        let records: Vec<Record> = (0..3)
+            .map(|i| Record {
+                key: Some(Bytes::from(format!("k{i}"))),
+                value: Some(Bytes::from(vec![i as u8; 10])),
+                headers: vec![("h".into(), Some(Bytes::from_static(b"v")))],
+                timestamp_delta: i,
+                offset_delta: i as i32,
+            })
+            .collect();
+        encode_batch(&records, 1_700_000_000_000, ProducerFields::NONE)
+    }
+
+    #[test]
+    fn encoded_batch_validates_and_decodes() {
+        let batch = sample();
+        let header = validate(&batch, 1 << 20).unwrap();
+        assert_eq!(header.record_count, 3);
+        assert_eq!(header.max_timestamp, 1_700_000_000_002);
+        let records = decode_records(&batch).unwrap();
+        assert_eq!(records.len(), 3);
+        assert_eq!(records[2].key.as_deref(), Some(&b"k2"[..]));
+    }
+
+    #[test]
+    fn patching_offset_and_epoch_keeps_crc_valid() {
+        let mut batch = sample().to_vec();
+        patch(&mut batch, 12345, 7);
+        let header = validate(&batch, 1 << 20).unwrap();
+        assert_eq!(header.base_offset, 12345);
+        assert_eq!(header.leader_epoch, 7);
+    }
+
+    #[test]
+    fn flipped_bit_fails_crc() {
+        let mut batch = sample().to_vec();
+        let last = batch.len() - 1;
+        batch[last] ^= 1;
+        assert!(matches!(validate(&batch, 1 << 20), Err(BatchError::CrcMismatch { .. })));
+    }
+
+    #[test]
+    fn count_disagreeing_with_records_is_invalid_record() {
+        let mut batch = sample().to_vec();
+        batch[RECORD_COUNT_AT..RECORD_COUNT_AT + 4].copy_from_slice(&4i32.to_be_bytes());
+        batch[LAST_OFFSET_DELTA_AT..LAST_OFFSET_DELTA_AT + 4].copy_from_slice(&3i32.to_be_bytes());
+        let crc = crc32c::crc32c(&batch[ATTRIBUTES_AT..]);
+        batch[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+        let err = validate(&batch, 1 << 20).unwrap_err();
+        assert_eq!(err.error_code(), crate::protocol::ErrorCode::InvalidRecord);
+    }
+
+    #[test]
+    fn wrong_magic_is_refused() {
+        let mut batch = sample().to_vec();
+        batch[MAGIC_AT] = 1;
+        assert_eq!(validate(&batch, 1 << 20), Err(BatchError::BadMagic(1)));
+    }
+}
