@@ -1,0 +1,1101 @@
+//! The storage engine: one `Log` per partition, owned by the core that owns
+//! the partition (never shared across threads: `Rc`/`RefCell` inside).
+//!
+//! ```text
+//! data/<topic>-<partition>/
+//!   00000000000000000000.log        v2 record batches, as produced, offsets patched in
+//!   00000000000000000000.index      sparse relative offset -> position
+//!   00000000000000000000.timeindex  sparse max timestamp -> relative offset
+//!   log-start                       log start offset (after DeleteRecords / retention)
+//!   clean                           present only after a clean close
+//! ```
+//!
+//! Write path: `append` (synchronous, no await) assigns dense offsets, patches
+//! the base offset and leader epoch (outside the CRC) into an owned copy and
+//! puts it in the tail cache. A single writer per log (the `flush_lock`)
+//! copies every batch not yet written into one aligned buffer, rewriting the
+//! partly filled last page, and writes it with O_DIRECT; under `flush=always`
+//! it then fdatasyncs. Appends that arrive while a write is in flight are
+//! covered by the next one: one sync per file per I/O cycle (group commit).
+//!
+//! Read path: batches at or after the cache's first offset come from memory;
+//! older ones are read with aligned DMA reads located through the index.
+//! Readers never see past the high-water mark, which under `flush=always`
+//! is the durable end and otherwise the end of the log.
+
+pub mod index;
+pub mod recovery;
+mod segment;
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+use glommio::sync::Semaphore;
+
+use crate::protocol::record_batch::{self, BatchError, BatchHeader};
+use index::{OffsetEntry, SegmentIndex, TimeEntry};
+use recovery::ScanStop;
+use segment::{Segment, PAGE_BYTES};
+
+/// When an append counts as done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlushPolicy {
+    /// fdatasync before the append is acknowledged (group commit).
+    Always,
+    /// Written behind; fdatasync every so many milliseconds.
+    IntervalMs(u64),
+    /// Written behind; fdatasync only on roll and close.
+    Never,
+}
+
+impl FlushPolicy {
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "always" => Some(Self::Always),
+            "never" => Some(Self::Never),
+            other => other.parse::<u64>().ok().filter(|ms| *ms > 0).map(Self::IntervalMs),
+        }
+    }
+}
+
+impl std::fmt::Display for FlushPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Always => f.write_str("always"),
+            Self::Never => f.write_str("never"),
+            Self::IntervalMs(ms) => write!(f, "{ms}"),
+        }
+    }
+}
+
+/// Per-log settings (a topic's configs, resolved).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogConfig {
+    pub segment_bytes: u64,
+    pub segment_ms: u64,
+    /// -1: keep forever.
+    pub retention_ms: i64,
+    /// -1: no size limit.
+    pub retention_bytes: i64,
+    pub flush: FlushPolicy,
+    pub index_interval_bytes: u64,
+    /// Largest batch accepted (`max.message.bytes`).
+    pub batch_bytes_max: usize,
+    /// Written batches kept in memory for tail reads.
+    pub cache_bytes_max: usize,
+    /// Unwritten bytes beyond which appends wait for the writer.
+    pub pending_bytes_max: usize,
+    /// Partition leader epoch patched into every batch.
+    pub leader_epoch: i32,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            segment_bytes: 1 << 30,
+            segment_ms: 7 * 24 * 3600 * 1000,
+            retention_ms: 7 * 24 * 3600 * 1000,
+            retention_bytes: -1,
+            flush: FlushPolicy::Always,
+            index_interval_bytes: 4096,
+            batch_bytes_max: 1024 * 1024 + 12,
+            cache_bytes_max: 1 << 20,
+            pending_bytes_max: 8 << 20,
+            leader_epoch: 0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum LogError {
+    #[error("offset {offset} is outside [{log_start}, {high_watermark}]")]
+    OffsetOutOfRange { offset: i64, log_start: i64, high_watermark: i64 },
+    #[error("invalid batch: {0}")]
+    Batch(#[from] BatchError),
+    #[error("batch of {size} bytes exceeds the limit of {max}")]
+    BatchTooLarge { size: usize, max: usize },
+    #[error("i/o error on {path}: {message}")]
+    Io { path: String, message: String, enospc: bool },
+    #[error("log stopped after an earlier write or sync failure: {0}")]
+    Failed(String),
+    #[error("log is closed")]
+    Closed,
+    #[error("segment {path} is corrupt: {reason}")]
+    Corrupt { path: String, reason: String },
+}
+
+impl LogError {
+    pub fn io(path: &Path, err: std::io::Error) -> Self {
+        LogError::Io {
+            path: path.display().to_string(),
+            enospc: err.raw_os_error() == Some(libc::ENOSPC),
+            message: err.to_string(),
+        }
+    }
+}
+
+/// Offsets assigned to one appended batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    pub base_offset: i64,
+    pub last_offset: i64,
+}
+
+/// Batches returned by a read, whole and in order.
+#[derive(Debug, Clone, Default)]
+pub struct ReadOutput {
+    pub batches: Vec<Bytes>,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+}
+
+/// What opening a log found on disk.
+#[derive(Debug, Clone, Default)]
+pub struct RecoveryReport {
+    pub clean_shutdown: bool,
+    pub segments: usize,
+    pub truncated_bytes: u64,
+    pub scanned_bytes: u64,
+}
+
+struct CachedBatch {
+    base_offset: i64,
+    last_offset: i64,
+    max_timestamp: i64,
+    data: Bytes,
+}
+
+struct State {
+    segments: BTreeMap<i64, Segment>,
+    log_start_offset: i64,
+    /// Next offset to assign.
+    log_end_offset: i64,
+    /// Next offset not yet written to a file.
+    written_end_offset: i64,
+    /// Next offset not yet durable (fdatasync'ed).
+    synced_end_offset: i64,
+    /// Recent batches; every unwritten batch is here (a suffix).
+    cache: VecDeque<CachedBatch>,
+    cache_bytes: usize,
+    pending_bytes: usize,
+    failed: Option<String>,
+    closed: bool,
+    writer_scheduled: bool,
+    bytes_since_index_persist: u64,
+}
+
+struct Inner {
+    dir: PathBuf,
+    config: RefCell<LogConfig>,
+    state: RefCell<State>,
+    /// One writer at a time: rolls, writes, syncs and retention.
+    flush_lock: Semaphore,
+    /// Set when written data awaits an fdatasync (interval policy).
+    unsynced: Cell<bool>,
+}
+
+/// A partition's log. Cheap to clone (a handle); lives on one core.
+#[derive(Clone)]
+pub struct Log {
+    inner: Rc<Inner>,
+}
+
+/// Index files are persisted after this much new log data, so that recovery
+/// after a crash scans at most about this much.
+const INDEX_PERSIST_INTERVAL_BYTES: u64 = 4 << 20;
+/// Read granularity for recovery and for disk reads.
+const READ_CHUNK_BYTES: u64 = 1 << 20;
+const CLEAN_MARKER: &str = "clean";
+const LOG_START_FILE: &str = "log-start";
+
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Log {
+    /// Opens (or creates) the log in `dir`, recovering the last segment.
+    pub async fn open(dir: impl Into<PathBuf>, config: LogConfig) -> Result<(Log, RecoveryReport), LogError> {
+        let dir = dir.into();
+        std::fs::create_dir_all(&dir).map_err(|e| LogError::io(&dir, e))?;
+        probe_device(&dir).await?;
+        let marker = dir.join(CLEAN_MARKER);
+        let clean_shutdown = marker.exists();
+        if clean_shutdown {
+            std::fs::remove_file(&marker).map_err(|e| LogError::io(&marker, e))?;
+        }
+        let mut report = RecoveryReport { clean_shutdown, ..RecoveryReport::default() };
+        let mut base_offsets = list_segments(&dir)?;
+        base_offsets.sort_unstable();
+        let mut segments = BTreeMap::new();
+        let now = now_ms();
+        let last_base = base_offsets.last().copied();
+        for base in base_offsets {
+            let segment = open_segment(&dir, base, Some(base) == last_base, &config, now, &mut report).await?;
+            segments.insert(base, segment);
+        }
+        let stored_start = read_log_start(&dir)?;
+        if segments.is_empty() {
+            let base = stored_start.unwrap_or(0);
+            segments.insert(base, Segment::create(&dir, base, now).await?);
+        }
+        report.segments = segments.len();
+        let first_base = *segments.keys().next().unwrap_or(&0);
+        let log_end_offset = segments.values().next_back().map_or(0, |s| s.next_offset);
+        let log_start_offset = stored_start.unwrap_or(first_base).clamp(first_base, log_end_offset);
+        let state = State {
+            segments,
+            log_start_offset,
+            log_end_offset,
+            written_end_offset: log_end_offset,
+            synced_end_offset: log_end_offset,
+            cache: VecDeque::new(),
+            cache_bytes: 0,
+            pending_bytes: 0,
+            failed: None,
+            closed: false,
+            writer_scheduled: false,
+            bytes_since_index_persist: 0,
+        };
+        let log = Log {
+            inner: Rc::new(Inner {
+                dir,
+                config: RefCell::new(config),
+                state: RefCell::new(state),
+                flush_lock: Semaphore::new(1),
+                unsynced: Cell::new(false),
+            }),
+        };
+        Ok((log, report))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    pub fn config(&self) -> LogConfig {
+        self.inner.config.borrow().clone()
+    }
+
+    pub fn set_config(&self, config: LogConfig) {
+        *self.inner.config.borrow_mut() = config;
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.inner.state.borrow().log_start_offset
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        self.inner.state.borrow().log_end_offset
+    }
+
+    /// The offset up to which consumers may read.
+    pub fn high_watermark(&self) -> i64 {
+        let state = self.inner.state.borrow();
+        match self.inner.config.borrow().flush {
+            FlushPolicy::Always => state.synced_end_offset,
+            _ => state.log_end_offset,
+        }
+    }
+
+    /// Bytes on disk in all segments.
+    pub fn size_bytes(&self) -> u64 {
+        self.inner.state.borrow().segments.values().map(|s| s.size_bytes).sum()
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.inner.state.borrow().segments.len()
+    }
+
+    /// Memory this log holds: cache, unwritten data, indexes, tails.
+    pub fn memory_bytes(&self) -> usize {
+        let state = self.inner.state.borrow();
+        state.cache_bytes
+            + state.segments.values().map(|s| s.index.memory_bytes() + s.tail.capacity()).sum::<usize>()
+    }
+
+    /// Assigns offsets to one validated batch and queues it for writing.
+    /// Synchronous: two appends on the same core keep their call order.
+    pub fn append(&self, batch: &[u8], header: &BatchHeader) -> Result<Appended, LogError> {
+        let config = self.inner.config.borrow();
+        let mut state = self.inner.state.borrow_mut();
+        if let Some(reason) = &state.failed {
+            return Err(LogError::Failed(reason.clone()));
+        }
+        if state.closed {
+            return Err(LogError::Closed);
+        }
+        if batch.len() > config.batch_bytes_max {
+            return Err(LogError::BatchTooLarge { size: batch.len(), max: config.batch_bytes_max });
+        }
+        assert_eq!(batch.len(), header.size_bytes);
+        let base_offset = state.log_end_offset;
+        let last_offset = base_offset + i64::from(header.last_offset_delta);
+        let mut owned = BytesMut::from(batch);
+        record_batch::patch(&mut owned, base_offset, config.leader_epoch);
+        state.log_end_offset = last_offset + 1;
+        state.pending_bytes += owned.len();
+        state.cache_bytes += owned.len();
+        state.cache.push_back(CachedBatch {
+            base_offset,
+            last_offset,
+            max_timestamp: header.max_timestamp,
+            data: owned.freeze(),
+        });
+        Ok(Appended { base_offset, last_offset })
+    }
+
+    /// Resolves when the batch ending at `last_offset` is done under the flush
+    /// policy: durable for `always`, accepted (written behind) otherwise.
+    pub async fn wait_done(&self, last_offset: i64) -> Result<(), LogError> {
+        let flush = self.inner.config.borrow().flush;
+        if flush == FlushPolicy::Always {
+            return self.wait_synced(last_offset).await;
+        }
+        let too_much_pending = self.inner.state.borrow().pending_bytes > self.inner.config.borrow().pending_bytes_max;
+        if too_much_pending {
+            self.write_pending(false).await?;
+        } else {
+            self.schedule_writer();
+        }
+        self.check_failed()
+    }
+
+    /// Waits until everything up to `last_offset` is written and synced; the
+    /// first waiter writes for all who queued behind it.
+    pub async fn wait_synced(&self, last_offset: i64) -> Result<(), LogError> {
+        loop {
+            self.check_failed()?;
+            if self.inner.state.borrow().synced_end_offset > last_offset {
+                return Ok(());
+            }
+            let _permit = self.inner.flush_lock.acquire_permit(1).await.map_err(|_| LogError::Closed)?;
+            if self.inner.state.borrow().synced_end_offset > last_offset {
+                return Ok(());
+            }
+            self.write_and_sync_locked(true).await?;
+        }
+    }
+
+    /// Writes all pending data and fdatasyncs it (interval timer, shutdown).
+    pub async fn sync(&self) -> Result<(), LogError> {
+        let _permit = self.inner.flush_lock.acquire_permit(1).await.map_err(|_| LogError::Closed)?;
+        self.write_and_sync_locked(true).await
+    }
+
+    /// True when written data awaits an fdatasync.
+    pub fn needs_sync(&self) -> bool {
+        self.inner.unsynced.get() || self.inner.state.borrow().pending_bytes > 0
+    }
+
+    /// Reads whole batches from `offset`, up to `max_bytes` (at least one
+    /// batch when any is available), never past the high-water mark.
+    pub async fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadOutput, LogError> {
+        let high_watermark = self.high_watermark();
+        let log_start_offset = self.log_start_offset();
+        if offset < log_start_offset || offset > high_watermark {
+            return Err(LogError::OffsetOutOfRange { offset, log_start: log_start_offset, high_watermark });
+        }
+        let mut out = ReadOutput { batches: Vec::new(), high_watermark, log_start_offset };
+        if offset == high_watermark {
+            return Ok(out);
+        }
+        if let Some(batches) = self.read_cache(offset, max_bytes, high_watermark) {
+            out.batches = batches;
+            return Ok(out);
+        }
+        out.batches = self.read_disk(offset, max_bytes, high_watermark).await?;
+        Ok(out)
+    }
+
+    /// The first offset whose record timestamp is at or after `timestamp`,
+    /// with that timestamp; None when every record is older.
+    pub async fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>, LogError> {
+        let mut offset = {
+            let state = self.inner.state.borrow();
+            let candidate = state.segments.values().find(|s| s.max_timestamp >= timestamp);
+            match candidate {
+                Some(segment) => {
+                    let relative = segment.index.scan_start_for_time(timestamp);
+                    (segment.base_offset + i64::from(relative)).max(state.log_start_offset)
+                }
+                // Not on disk yet: only the unwritten tail can hold it.
+                None => state.written_end_offset.max(state.log_start_offset),
+            }
+        };
+        let high_watermark = self.high_watermark();
+        while offset < high_watermark {
+            let read = self.read(offset, READ_CHUNK_BYTES as usize).await?;
+            for batch in &read.batches {
+                let header = BatchHeader::parse(batch, usize::MAX)?;
+                if header.last_offset() < offset || header.max_timestamp < timestamp {
+                    continue;
+                }
+                let found = first_record_at_or_after(batch, &header, timestamp);
+                if found.0 >= offset {
+                    return Ok(Some(found));
+                }
+            }
+            match read.batches.last() {
+                Some(last) => offset = BatchHeader::parse(last, usize::MAX)?.last_offset() + 1,
+                None => break,
+            }
+        }
+        Ok(None)
+    }
+
+    /// Moves the log start offset forward (DeleteRecords); returns the new
+    /// low watermark. Whole segments below it are deleted.
+    pub async fn delete_records(&self, offset: i64) -> Result<i64, LogError> {
+        let high_watermark = self.high_watermark();
+        let target = if offset < 0 { high_watermark } else { offset };
+        let log_start = self.log_start_offset();
+        if target > high_watermark {
+            return Err(LogError::OffsetOutOfRange { offset, log_start, high_watermark });
+        }
+        if target > log_start {
+            self.inner.state.borrow_mut().log_start_offset = target;
+            write_log_start(&self.inner.dir, target)?;
+        }
+        self.enforce_retention(now_ms()).await?;
+        Ok(self.log_start_offset())
+    }
+
+    /// Deletes whole segments that are past retention (time or size) or wholly
+    /// below the log start offset. The active segment is never deleted.
+    pub async fn enforce_retention(&self, now_ms: u64) -> Result<usize, LogError> {
+        let _permit = self.inner.flush_lock.acquire_permit(1).await.map_err(|_| LogError::Closed)?;
+        let config = self.config();
+        let doomed: Vec<Segment> = {
+            let mut state = self.inner.state.borrow_mut();
+            let mut total: u64 = state.segments.values().map(|s| s.size_bytes).sum();
+            let mut doomed = Vec::new();
+            while state.segments.len() > 1 {
+                let Some((_, oldest)) = state.segments.iter().next() else { break };
+                let next_base = oldest.next_offset;
+                let expired_by_time = config.retention_ms >= 0
+                    && oldest.max_timestamp != i64::MIN
+                    && oldest.max_timestamp < now_ms as i64 - config.retention_ms;
+                let expired_by_size = config.retention_bytes >= 0
+                    && total.saturating_sub(oldest.size_bytes) >= config.retention_bytes as u64;
+                let below_start = next_base <= state.log_start_offset;
+                if !(expired_by_time || expired_by_size || below_start) {
+                    break;
+                }
+                let Some((_, segment)) = state.segments.pop_first() else { break };
+                total -= segment.size_bytes;
+                state.log_start_offset = state.log_start_offset.max(next_base);
+                doomed.push(segment);
+            }
+            doomed
+        };
+        if doomed.is_empty() {
+            return Ok(0);
+        }
+        write_log_start(&self.inner.dir, self.log_start_offset())?;
+        for segment in &doomed {
+            for path in [segment.log_path.clone(), segment.index_path("index"), segment.index_path("timeindex")] {
+                match std::fs::remove_file(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(LogError::io(&path, e)),
+                }
+            }
+        }
+        tracing::info!(dir = %self.inner.dir.display(), segments = doomed.len(), "retention deleted segments");
+        Ok(doomed.len())
+    }
+
+    /// Writes and syncs everything, persists indexes, trims pre-allocation and
+    /// leaves the clean marker. The log refuses appends afterwards.
+    pub async fn close(&self) -> Result<(), LogError> {
+        let _permit = self.inner.flush_lock.acquire_permit(1).await.map_err(|_| LogError::Closed)?;
+        if self.inner.state.borrow().failed.is_none() {
+            self.write_and_sync_locked(true).await?;
+        }
+        self.inner.state.borrow_mut().closed = true;
+        let (file, size, path) = {
+            let mut state = self.inner.state.borrow_mut();
+            let Some((_, active)) = state.segments.iter_mut().next_back() else { return Ok(()) };
+            (active.file.clone(), active.size_bytes, active.log_path.clone())
+        };
+        file.truncate(size).await.map_err(|e| LogError::io(&path, e.into()))?;
+        self.persist_active_index().await?;
+        let files: Vec<Rc<glommio::io::DmaFile>> =
+            self.inner.state.borrow().segments.values().map(|s| s.file.clone()).collect();
+        for file in files {
+            file.fdatasync().await.map_err(|e| LogError::io(&path, e.into()))?;
+        }
+        if self.inner.state.borrow().failed.is_none() {
+            let marker = self.inner.dir.join(CLEAN_MARKER);
+            std::fs::write(&marker, b"").map_err(|e| LogError::io(&marker, e))?;
+        }
+        Ok(())
+    }
+
+    /// Removes the log's directory (topic deletion). The log must be closed.
+    pub fn remove_files(&self) -> Result<(), LogError> {
+        std::fs::remove_dir_all(&self.inner.dir).map_err(|e| LogError::io(&self.inner.dir, e))
+    }
+
+    fn check_failed(&self) -> Result<(), LogError> {
+        match &self.inner.state.borrow().failed {
+            Some(reason) => Err(LogError::Failed(reason.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn schedule_writer(&self) {
+        {
+            let mut state = self.inner.state.borrow_mut();
+            if state.writer_scheduled || state.pending_bytes == 0 {
+                return;
+            }
+            state.writer_scheduled = true;
+        }
+        let log = self.clone();
+        glommio::spawn_local(async move {
+            // Let more appends queue up before writing (one write per cycle).
+            glommio::yield_if_needed().await;
+            let _ = log.write_pending(true).await;
+        })
+        .detach();
+    }
+
+    /// Writes pending data without syncing (write-behind).
+    async fn write_pending(&self, from_writer_task: bool) -> Result<(), LogError> {
+        let permit = self.inner.flush_lock.acquire_permit(1).await.map_err(|_| LogError::Closed);
+        if from_writer_task {
+            self.inner.state.borrow_mut().writer_scheduled = false;
+        }
+        let _permit = permit?;
+        self.write_and_sync_locked(false).await
+    }
+
+    /// The writer: rolls if due, writes every pending batch in one aligned
+    /// write, then optionally fdatasyncs. Caller holds `flush_lock`.
+    async fn write_and_sync_locked(&self, sync: bool) -> Result<(), LogError> {
+        self.check_failed()?;
+        let mut result = Ok(());
+        while result.is_ok() && self.inner.state.borrow().pending_bytes > 0 {
+            result = match self.roll_if_due().await {
+                Ok(()) => self.write_locked().await,
+                Err(err) => Err(err),
+            };
+        }
+        let result = match result {
+            Ok(()) if sync => self.sync_locked().await,
+            other => other,
+        };
+        if let Err(err) = &result {
+            self.fail(err);
+        }
+        result
+    }
+
+    async fn write_locked(&self) -> Result<(), LogError> {
+        let (file, path, write_position, buffer_len, batches, allocate) = {
+            let config = self.inner.config.borrow();
+            let state = self.inner.state.borrow();
+            if state.pending_bytes == 0 {
+                return Ok(());
+            }
+            let Some((_, active)) = state.segments.iter().next_back() else { return Ok(()) };
+            let first_pending = state.cache.partition_point(|b| b.base_offset < state.written_end_offset);
+            // What fits in the active segment (at least one batch).
+            let mut room = config.segment_bytes.saturating_sub(active.size_bytes);
+            let mut batches: Vec<(i64, i64, i64, Bytes)> = Vec::new();
+            for b in state.cache.range(first_pending..) {
+                let len = b.data.len() as u64;
+                if !batches.is_empty() && len > room {
+                    break;
+                }
+                room = room.saturating_sub(len);
+                batches.push((b.base_offset, b.last_offset, b.max_timestamp, b.data.clone()));
+            }
+            let batch_bytes: usize = batches.iter().map(|b| b.3.len()).sum();
+            let write_position = active.size_bytes - active.tail.len() as u64;
+            let data_len = active.tail.len() + batch_bytes;
+            let buffer_len = (data_len as u64).next_multiple_of(PAGE_BYTES);
+            let allocate = active.preallocation_for(write_position + buffer_len, config.segment_bytes);
+            (active.file.clone(), active.log_path.clone(), write_position, buffer_len, batches, allocate)
+        };
+        if let Some(target) = allocate {
+            file.pre_allocate(target, true).await.map_err(|e| LogError::io(&path, e.into()))?;
+            self.active_mut(|active| active.allocated_bytes = target);
+        }
+        let mut buffer = file.alloc_dma_buffer(buffer_len as usize);
+        let data_len = {
+            let state = self.inner.state.borrow();
+            let active = state.segments.values().next_back().expect("a log always has an active segment");
+            let bytes = buffer.as_bytes_mut();
+            let mut at = active.tail.len();
+            bytes[..at].copy_from_slice(&active.tail);
+            for (_, _, _, data) in &batches {
+                bytes[at..at + data.len()].copy_from_slice(data);
+                at += data.len();
+            }
+            bytes[at..].fill(0);
+            at
+        };
+        let written = file.write_at(buffer, write_position).await.map_err(|e| LogError::io(&path, e.into()))?;
+        if written < data_len {
+            return Err(LogError::Io { path: path.display().to_string(), message: "short write".into(), enospc: false });
+        }
+        self.inner.unsynced.set(true);
+        let index_interval = self.inner.config.borrow().index_interval_bytes;
+        let mut state = self.inner.state.borrow_mut();
+        let state = &mut *state;
+        let active = state.segments.values_mut().next_back().expect("a log always has an active segment");
+        let mut position = active.size_bytes;
+        for (base_offset, last_offset, max_timestamp, data) in &batches {
+            if active.bytes_since_index >= index_interval && position > 0 {
+                active.index.push(
+                    OffsetEntry { relative_offset: (base_offset - active.base_offset) as u32, position: position as u32 },
+                    TimeEntry {
+                        max_timestamp: active.max_timestamp,
+                        relative_offset: (base_offset - active.base_offset) as u32,
+                    },
+                );
+                active.bytes_since_index = 0;
+            }
+            active.bytes_since_index += data.len() as u64;
+            active.max_timestamp = active.max_timestamp.max(*max_timestamp);
+            position += data.len() as u64;
+            active.next_offset = last_offset + 1;
+        }
+        let written_bytes = position - active.size_bytes;
+        active.size_bytes = position;
+        let tail_len = (position % PAGE_BYTES) as usize;
+        let mut tail = Vec::with_capacity(tail_len);
+        let tail_start = data_len - tail_len;
+        // The last partial page is the end of what we just wrote.
+        tail.extend_from_slice(&self_tail_bytes(&batches, &active.tail, tail_start, tail_len));
+        active.tail = tail;
+        state.written_end_offset = active.next_offset;
+        state.pending_bytes -= written_bytes as usize;
+        state.bytes_since_index_persist += written_bytes;
+        evict_cache(state, self.inner.config.borrow().cache_bytes_max);
+        Ok(())
+    }
+
+    async fn sync_locked(&self) -> Result<(), LogError> {
+        let (file, path, written_end) = {
+            let state = self.inner.state.borrow();
+            let active = state.segments.values().next_back().expect("a log always has an active segment");
+            (active.file.clone(), active.log_path.clone(), state.written_end_offset)
+        };
+        if self.inner.unsynced.get() {
+            file.fdatasync().await.map_err(|e| LogError::io(&path, e.into()))?;
+            self.inner.unsynced.set(false);
+        }
+        {
+            let mut state = self.inner.state.borrow_mut();
+            state.synced_end_offset = state.synced_end_offset.max(written_end);
+        }
+        let persist_due = self.inner.state.borrow().bytes_since_index_persist >= INDEX_PERSIST_INTERVAL_BYTES;
+        if persist_due {
+            self.persist_active_index().await?;
+        }
+        Ok(())
+    }
+
+    async fn persist_active_index(&self) -> Result<(), LogError> {
+        // Persist a copy so no RefCell borrow is held across the awaits.
+        let (path_index, path_time, offsets, times, entries) = {
+            let mut state = self.inner.state.borrow_mut();
+            state.bytes_since_index_persist = 0;
+            let Some((_, active)) = state.segments.iter().next_back() else { return Ok(()) };
+            (
+                active.index_path("index"),
+                active.index_path("timeindex"),
+                active.index.encode_offsets(),
+                active.index.encode_times(),
+                active.index.offsets.len(),
+            )
+        };
+        segment::write_whole(&path_index, &offsets).await?;
+        segment::write_whole(&path_time, &times).await?;
+        self.active_mut(|active| active.index_entries_persisted = entries);
+        Ok(())
+    }
+
+    /// Starts a new segment when the active one is full or old enough. The
+    /// old segment is trimmed to its exact size, synced and indexed first, so
+    /// every segment but the last is whole after a crash.
+    async fn roll_if_due(&self) -> Result<(), LogError> {
+        let (due, next_base) = {
+            let config = self.inner.config.borrow();
+            let state = self.inner.state.borrow();
+            let active = state.segments.values().next_back().expect("a log always has an active segment");
+            let first_pending = state.cache.partition_point(|b| b.base_offset < state.written_end_offset);
+            let next_len = state.cache.get(first_pending).map_or(0, |b| b.data.len() as u64);
+            let full = active.size_bytes > 0 && active.size_bytes + next_len > config.segment_bytes;
+            let old = active.size_bytes > 0 && now_ms().saturating_sub(active.created_ms) >= config.segment_ms;
+            (full || old, active.next_offset)
+        };
+        if !due {
+            return Ok(());
+        }
+        let (file, size, path) = {
+            let state = self.inner.state.borrow();
+            let active = state.segments.values().next_back().expect("a log always has an active segment");
+            (active.file.clone(), active.size_bytes, active.log_path.clone())
+        };
+        file.truncate(size).await.map_err(|e| LogError::io(&path, e.into()))?;
+        file.fdatasync().await.map_err(|e| LogError::io(&path, e.into()))?;
+        self.inner.unsynced.set(false);
+        self.persist_active_index().await?;
+        let segment = Segment::create(&self.inner.dir, next_base, now_ms()).await?;
+        let mut state = self.inner.state.borrow_mut();
+        state.synced_end_offset = state.synced_end_offset.max(state.written_end_offset);
+        if let Some((_, old)) = state.segments.iter_mut().next_back() {
+            old.tail = Vec::new();
+        }
+        state.segments.insert(next_base, segment);
+        tracing::debug!(dir = %self.inner.dir.display(), base_offset = next_base, "rolled segment");
+        Ok(())
+    }
+
+    fn active_mut(&self, f: impl FnOnce(&mut Segment)) {
+        let mut state = self.inner.state.borrow_mut();
+        if let Some((_, active)) = state.segments.iter_mut().next_back() {
+            f(active);
+        }
+    }
+
+    fn fail(&self, err: &LogError) {
+        let mut state = self.inner.state.borrow_mut();
+        if state.failed.is_none() {
+            tracing::error!(dir = %self.inner.dir.display(), error = %err, "log stopped accepting appends");
+            state.failed = Some(err.to_string());
+        }
+    }
+
+    fn read_cache(&self, offset: i64, max_bytes: usize, high_watermark: i64) -> Option<Vec<Bytes>> {
+        let state = self.inner.state.borrow();
+        let first = state.cache.front()?;
+        if first.base_offset > offset {
+            return None;
+        }
+        let start = state.cache.partition_point(|b| b.last_offset < offset);
+        let mut out = Vec::new();
+        let mut bytes = 0usize;
+        for batch in state.cache.range(start..) {
+            if batch.base_offset >= high_watermark || (!out.is_empty() && bytes + batch.data.len() > max_bytes) {
+                break;
+            }
+            bytes += batch.data.len();
+            out.push(batch.data.clone());
+        }
+        Some(out)
+    }
+
+    async fn read_disk(&self, mut offset: i64, max_bytes: usize, high_watermark: i64) -> Result<Vec<Bytes>, LogError> {
+        let batch_bytes_max = self.inner.config.borrow().batch_bytes_max.max(1 << 20);
+        let mut out: Vec<Bytes> = Vec::new();
+        let mut bytes = 0usize;
+        loop {
+            let located = {
+                let state = self.inner.state.borrow();
+                state.segments.range(..=offset).next_back().map(|(_, s)| {
+                    let relative = (offset - s.base_offset).clamp(0, i64::from(u32::MAX)) as u32;
+                    (s.file.clone(), s.log_path.clone(), u64::from(s.index.position_for(relative)), s.size_bytes, s.next_offset)
+                })
+            };
+            let Some((file, path, mut position, segment_size, segment_end)) = located else { break };
+            while position < segment_size {
+                let want = ((max_bytes.saturating_sub(bytes)).max(64 << 10) as u64).min(READ_CHUNK_BYTES.max(max_bytes as u64));
+                let len = want.min(segment_size - position) as usize;
+                let chunk = file.read_at(position, len).await.map_err(|e| LogError::io(&path, e.into()))?;
+                let mut at = 0usize;
+                let mut progressed = false;
+                while at + record_batch::HEADER_BYTES <= chunk.len() {
+                    let header = BatchHeader::parse(&chunk[at..], batch_bytes_max).map_err(|e| LogError::Corrupt {
+                        path: path.display().to_string(),
+                        reason: e.to_string(),
+                    })?;
+                    if at + header.size_bytes > chunk.len() {
+                        if at == 0 {
+                            // One batch larger than the chunk: read exactly it.
+                            let whole = file.read_at(position, header.size_bytes).await.map_err(|e| LogError::io(&path, e.into()))?;
+                            if whole.len() < header.size_bytes {
+                                return Err(LogError::Corrupt { path: path.display().to_string(), reason: "short batch".into() });
+                            }
+                            if header.last_offset() >= offset && header.base_offset < high_watermark {
+                                out.push(Bytes::copy_from_slice(&whole[..header.size_bytes]));
+                                return Ok(out);
+                            }
+                            at = header.size_bytes;
+                            progressed = true;
+                        }
+                        break;
+                    }
+                    progressed = true;
+                    if header.base_offset >= high_watermark {
+                        return Ok(out);
+                    }
+                    if header.last_offset() >= offset {
+                        if !out.is_empty() && bytes + header.size_bytes > max_bytes {
+                            return Ok(out);
+                        }
+                        bytes += header.size_bytes;
+                        out.push(Bytes::copy_from_slice(&chunk[at..at + header.size_bytes]));
+                        offset = header.last_offset() + 1;
+                    }
+                    at += header.size_bytes;
+                }
+                if !progressed {
+                    return Err(LogError::Corrupt { path: path.display().to_string(), reason: "truncated batch".into() });
+                }
+                position += at as u64;
+                if bytes >= max_bytes {
+                    return Ok(out);
+                }
+            }
+            // Continue into the next segment, or into the unwritten tail.
+            offset = offset.max(segment_end);
+            if offset >= high_watermark || bytes >= max_bytes {
+                break;
+            }
+            let has_next = self.inner.state.borrow().segments.range(segment_end..).next().is_some();
+            if !has_next {
+                if let Some(more) = self.read_cache(offset, max_bytes.saturating_sub(bytes), high_watermark) {
+                    for batch in more {
+                        if !out.is_empty() && bytes + batch.len() > max_bytes {
+                            break;
+                        }
+                        bytes += batch.len();
+                        out.push(batch);
+                    }
+                }
+                break;
+            }
+            glommio::yield_if_needed().await;
+        }
+        Ok(out)
+    }
+}
+
+/// The last `tail_len` bytes of (previous tail ++ batches), which start at
+/// `tail_start` in the written buffer.
+fn self_tail_bytes(batches: &[(i64, i64, i64, Bytes)], old_tail: &[u8], tail_start: usize, tail_len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(tail_len);
+    let mut at = 0usize;
+    let pieces = std::iter::once(old_tail).chain(batches.iter().map(|b| &b.3[..]));
+    for piece in pieces {
+        let end = at + piece.len();
+        if end > tail_start {
+            let from = tail_start.saturating_sub(at);
+            out.extend_from_slice(&piece[from..]);
+        }
+        at = end;
+    }
+    debug_assert_eq!(out.len(), tail_len);
+    out
+}
+
+fn evict_cache(state: &mut State, cache_bytes_max: usize) {
+    while state.cache_bytes > cache_bytes_max {
+        let Some(front) = state.cache.front() else { break };
+        if front.last_offset >= state.written_end_offset {
+            break;
+        }
+        state.cache_bytes -= front.data.len();
+        state.cache.pop_front();
+    }
+}
+
+/// For an uncompressed batch, the first record at or after `timestamp`;
+/// otherwise (compressed: records unreadable without inflating) its base.
+fn first_record_at_or_after(batch: &[u8], header: &BatchHeader, timestamp: i64) -> (i64, i64) {
+    if header.compression() == 0 {
+        if let Ok(records) = record_batch::decode_records(batch) {
+            for record in records {
+                let record_ts = header.base_timestamp + record.timestamp_delta;
+                if record_ts >= timestamp {
+                    return (header.base_offset + i64::from(record.offset_delta), record_ts);
+                }
+            }
+        }
+    }
+    (header.base_offset, header.max_timestamp)
+}
+
+fn list_segments(dir: &Path) -> Result<Vec<i64>, LogError> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| LogError::io(dir, e))? {
+        let entry = entry.map_err(|e| LogError::io(dir, e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(stem) = name.strip_suffix(".log") {
+            if stem.len() == 20 {
+                if let Ok(base) = stem.parse::<i64>() {
+                    out.push(base);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+async fn open_segment(
+    dir: &Path,
+    base: i64,
+    is_last: bool,
+    config: &LogConfig,
+    now: u64,
+    report: &mut RecoveryReport,
+) -> Result<Segment, LogError> {
+    let log_path = dir.join(segment::file_name(base, "log"));
+    let file = segment::open_dma(&log_path, false).await?;
+    let file_size = file.file_size().await.map_err(|e| LogError::io(&log_path, e.into()))?;
+    let offsets = std::fs::read(log_path.with_extension("index")).unwrap_or_default();
+    let times = std::fs::read(log_path.with_extension("timeindex")).unwrap_or_default();
+    let mut index = SegmentIndex::decode(&offsets, &times, file_size);
+    let batch_bytes_max = config.batch_bytes_max.max(1 << 20);
+    // Start from the last index entry that points at the batch it claims.
+    let mut start = (0u64, base);
+    while let Some(entry) = index.offsets.last().copied() {
+        let expected = base + i64::from(entry.relative_offset);
+        let probe = file
+            .read_at(u64::from(entry.position), record_batch::HEADER_BYTES)
+            .await
+            .map_err(|e| LogError::io(&log_path, e.into()))?;
+        if probe.len() == record_batch::HEADER_BYTES && record_batch::read_i64(&probe, 0) == expected {
+            start = (u64::from(entry.position), expected);
+            break;
+        }
+        index.offsets.pop();
+        index.truncate_to_position(entry.position);
+    }
+    let (mut position, mut next_offset) = start;
+    let mut max_timestamp = index.times.last().map_or(i64::MIN, |t| t.max_timestamp);
+    let mut bytes_since_index = 0u64;
+    let scan_from = position;
+    loop {
+        let len = READ_CHUNK_BYTES.max(batch_bytes_max as u64).min(file_size.saturating_sub(position)) as usize;
+        if len == 0 {
+            break;
+        }
+        let chunk = file.read_at(position, len).await.map_err(|e| LogError::io(&log_path, e.into()))?;
+        let scan = recovery::scan(&chunk, next_offset, batch_bytes_max);
+        for batch in &scan.batches {
+            let batch_position = position + batch.position as u64;
+            if bytes_since_index >= config.index_interval_bytes && batch_position > 0 {
+                let relative_offset = (batch.header.base_offset - base) as u32;
+                if index.offsets.last().is_none_or(|e| e.relative_offset < relative_offset) {
+                    index.push(
+                        OffsetEntry { relative_offset, position: batch_position as u32 },
+                        TimeEntry { max_timestamp, relative_offset },
+                    );
+                }
+                bytes_since_index = 0;
+            }
+            bytes_since_index += batch.header.size_bytes as u64;
+            max_timestamp = max_timestamp.max(batch.header.max_timestamp);
+        }
+        next_offset = scan.next_offset;
+        let valid = scan.valid_bytes() as u64;
+        position += valid;
+        match scan.stop {
+            ScanStop::End => {}
+            ScanStop::Incomplete { .. } if position + (len as u64 - valid) < file_size && valid > 0 => continue,
+            _ => break,
+        }
+        if valid == 0 {
+            break;
+        }
+    }
+    report.scanned_bytes += position - scan_from;
+    if position < file_size {
+        if !is_last {
+            tracing::warn!(segment = %log_path.display(), valid_bytes = position, file_size, "older segment has an invalid tail; truncating");
+        }
+        report.truncated_bytes += file_size - position;
+        file.truncate(position).await.map_err(|e| LogError::io(&log_path, e.into()))?;
+        tracing::warn!(segment = %log_path.display(), truncated_bytes = file_size - position, "recovery truncated the log");
+    }
+    let tail_len = (position % PAGE_BYTES) as usize;
+    let tail = if is_last && tail_len > 0 {
+        let page = file.read_at(position - tail_len as u64, tail_len).await.map_err(|e| LogError::io(&log_path, e.into()))?;
+        page[..tail_len].to_vec()
+    } else {
+        Vec::new()
+    };
+    let index_entries_persisted = index.offsets.len();
+    Ok(Segment {
+        base_offset: base,
+        file: Rc::new(file),
+        log_path,
+        size_bytes: position,
+        next_offset,
+        tail,
+        allocated_bytes: position,
+        index,
+        bytes_since_index,
+        max_timestamp,
+        created_ms: now,
+        index_entries_persisted,
+    })
+}
+
+thread_local! {
+    static PROBED_DEVICES: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+}
+
+/// glommio decides once per device and thread whether reads may use the
+/// io_uring poll ring, by reading the first page of the first file it opens
+/// there. On an empty file that read succeeds on any device (EOF), so the
+/// poll ring gets enabled where it is unsupported and every later read fails
+/// with EOPNOTSUPP. Opening a file that has a page of data first makes the
+/// probe truthful.
+async fn probe_device(dir: &Path) -> Result<(), LogError> {
+    use std::os::unix::fs::MetadataExt;
+    let device = std::fs::metadata(dir).map_err(|e| LogError::io(dir, e))?.dev();
+    if PROBED_DEVICES.with(|probed| probed.borrow().contains(&device)) {
+        return Ok(());
+    }
+    let path = dir.join(format!(".probe-{:?}", std::thread::current().id()).replace(['(', ')'], ""));
+    std::fs::write(&path, vec![0u8; PAGE_BYTES as usize]).map_err(|e| LogError::io(&path, e))?;
+    let file = segment::open_dma(&path, false).await?;
+    let _ = file.close().await;
+    std::fs::remove_file(&path).map_err(|e| LogError::io(&path, e))?;
+    PROBED_DEVICES.with(|probed| probed.borrow_mut().push(device));
+    Ok(())
+}
+
+fn read_log_start(dir: &Path) -> Result<Option<i64>, LogError> {
+    let path = dir.join(LOG_START_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(text.trim().parse::<i64>().ok()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(LogError::io(&path, e)),
+    }
+}
+
+/// Atomically records the log start offset (write, fsync, rename).
+fn write_log_start(dir: &Path, offset: i64) -> Result<(), LogError> {
+    let path = dir.join(LOG_START_FILE);
+    let tmp = dir.join("log-start.tmp");
+    let write = || -> std::io::Result<()> {
+        use std::io::Write;
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(offset.to_string().as_bytes())?;
+        file.sync_data()?;
+        std::fs::rename(&tmp, &path)
+    };
+    write().map_err(|e| LogError::io(&path, e))
+}
+
+/// Interval between fdatasyncs under `flush=<ms>`; used by the shard's timer.
+pub fn sync_interval(policy: FlushPolicy) -> Option<Duration> {
+    match policy {
+        FlushPolicy::IntervalMs(ms) => Some(Duration::from_millis(ms)),
+        _ => None,
+    }
+}
