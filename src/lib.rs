@@ -1,4 +1,30 @@
 //! shardlog: a Kafka-compatible commit log, thread-per-core on io_uring.
+//!
+//! ```text
+//!            core 0                    core 1                   core N-1
+//!  ┌────────────────────────┐ ┌────────────────────────┐
+//!  │ listener :9092         │ │ listener :9093         │   ... one port per core
+//!  │ connections            │ │ connections            │
+//!  │ shard: partitions it   │ │ shard: partitions it   │
+//!  │   owns (log, segments) │ │   owns                 │
+//!  │ metadata image (copy)  │ │ metadata image (copy)  │
+//!  │ controller (core 0)    │ │                        │
+//!  └───────────┬────────────┘ └───────────┬────────────┘
+//!              └──── flume bounded inboxes (owned messages) ───┘
+//! ```
+//!
+//! Each core runs one glommio executor that owns a shard of the partitions:
+//! their logs (`log`), the connections it accepted (`server`), and a copy of
+//! the cluster metadata (`cluster`). Clients learn from Metadata which core
+//! (node) leads a partition and send its requests straight there. Anything a
+//! core does not own travels as an owned message over a bounded flume channel
+//! to the owning core's inbox (`shard`). Wire formats live in `protocol`,
+//! decisions in `server::handlers`.
 
-pub mod protocol;
+pub mod cluster;
+pub mod config;
+pub mod constants;
 pub mod log;
+pub mod protocol;
+pub mod server;
+pub mod shard;

@@ -1,0 +1,173 @@
+//! The metadata image: nodes, topics, partition placement. Immutable once
+//! built; a change produces a new image (see `controller`), which core 0
+//! persists and sends to every core. Persisted with rkyv.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use rkyv::{Archive, Deserialize, Serialize};
+
+/// A Kafka node id. Each core of each machine is its own node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Archive, Serialize, Deserialize)]
+pub struct NodeId(pub i32);
+
+/// A core's index within its machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Archive, Serialize, Deserialize)]
+pub struct ShardId(pub u32);
+
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct NodeInfo {
+    pub node_id: NodeId,
+    pub host: String,
+    pub port: i32,
+    pub shard: ShardId,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct PartitionInfo {
+    /// The core that owns (leads) the partition.
+    pub shard: ShardId,
+    pub leader_epoch: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct TopicInfo {
+    pub name: String,
+    pub topic_id: [u8; 16],
+    pub partitions: Vec<PartitionInfo>,
+    /// Topic-level config overrides (Kafka names).
+    pub configs: BTreeMap<String, String>,
+}
+
+/// What is persisted: the durable part of the image.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct PersistedMetadata {
+    pub cluster_id: String,
+    pub topics: BTreeMap<String, TopicInfo>,
+    /// First producer id of the next block to hand out.
+    pub producer_id_next: i64,
+}
+
+/// A consistent view of the cluster, shared read-only by the cores.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetadataImage {
+    pub version: u64,
+    pub nodes: Vec<NodeInfo>,
+    pub controller: NodeId,
+    pub durable: PersistedMetadata,
+}
+
+impl MetadataImage {
+    pub fn topic(&self, name: &str) -> Option<&TopicInfo> {
+        self.durable.topics.get(name)
+    }
+
+    pub fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionInfo> {
+        let index = usize::try_from(partition).ok()?;
+        self.topic(topic)?.partitions.get(index)
+    }
+
+    pub fn node_of_shard(&self, shard: ShardId) -> NodeId {
+        self.nodes.iter().find(|n| n.shard == shard).map_or(self.controller, |n| n.node_id)
+    }
+
+    pub fn shard_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Partitions owned by each shard (for balancing new ones).
+    pub fn partitions_per_shard(&self) -> Vec<usize> {
+        let mut counts = vec![0usize; self.nodes.len().max(1)];
+        for topic in self.durable.topics.values() {
+            for p in &topic.partitions {
+                if let Some(count) = counts.get_mut(p.shard.0 as usize) {
+                    *count += 1;
+                }
+            }
+        }
+        counts
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MetadataError {
+    #[error("metadata file {path}: {message}")]
+    Io { path: String, message: String },
+    #[error("metadata file {path} does not decode: {message}")]
+    Decode { path: String, message: String },
+}
+
+const FILE_NAME: &str = "metadata.rkyv";
+const MAGIC: &[u8; 8] = b"SLMETA01";
+
+/// Loads the persisted metadata from `dir`, if any. The file is
+/// `MAGIC | crc32 (of payload) | payload`.
+pub fn load(dir: &Path) -> Result<Option<PersistedMetadata>, MetadataError> {
+    let path = dir.join(FILE_NAME);
+    let raw = match std::fs::read(&path) {
+        Ok(raw) => raw,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(MetadataError::Io { path: path.display().to_string(), message: e.to_string() }),
+    };
+    let decode_error = |message: &str| MetadataError::Decode { path: path.display().to_string(), message: message.into() };
+    if raw.len() < 12 || &raw[..8] != MAGIC {
+        return Err(decode_error("bad header"));
+    }
+    let crc = u32::from_le_bytes([raw[8], raw[9], raw[10], raw[11]]);
+    let payload = &raw[12..];
+    if crc32fast::hash(payload) != crc {
+        return Err(decode_error("checksum mismatch"));
+    }
+    let mut aligned = rkyv::util::AlignedVec::<16>::new();
+    aligned.extend_from_slice(payload);
+    rkyv::from_bytes::<PersistedMetadata, rkyv::rancor::Error>(&aligned)
+        .map(Some)
+        .map_err(|e| decode_error(&e.to_string()))
+}
+
+/// Persists atomically: write a temporary file, fsync, rename, fsync the dir.
+pub fn store(dir: &Path, metadata: &PersistedMetadata) -> Result<(), MetadataError> {
+    use std::io::Write;
+    let path = dir.join(FILE_NAME);
+    let io_error = |e: std::io::Error| MetadataError::Io { path: path.display().to_string(), message: e.to_string() };
+    let payload = rkyv::to_bytes::<rkyv::rancor::Error>(metadata)
+        .map_err(|e| MetadataError::Decode { path: path.display().to_string(), message: e.to_string() })?;
+    std::fs::create_dir_all(dir).map_err(io_error)?;
+    let tmp = dir.join(format!("{FILE_NAME}.tmp"));
+    let mut file = std::fs::File::create(&tmp).map_err(io_error)?;
+    file.write_all(MAGIC).map_err(io_error)?;
+    file.write_all(&crc32fast::hash(&payload).to_le_bytes()).map_err(io_error)?;
+    file.write_all(&payload).map_err(io_error)?;
+    file.sync_all().map_err(io_error)?;
+    std::fs::rename(&tmp, &path).map_err(io_error)?;
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io_error)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn persisted_metadata_round_trips_and_detects_corruption() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut metadata = PersistedMetadata { cluster_id: "c".into(), producer_id_next: 2000, ..Default::default() };
+        metadata.topics.insert(
+            "t".into(),
+            TopicInfo {
+                name: "t".into(),
+                topic_id: [7; 16],
+                partitions: vec![PartitionInfo { shard: ShardId(1), leader_epoch: 0 }],
+                configs: [("retention.ms".to_string(), "1000".to_string())].into(),
+            },
+        );
+        store(dir.path(), &metadata).unwrap();
+        assert_eq!(load(dir.path()).unwrap(), Some(metadata));
+        let path = dir.path().join(FILE_NAME);
+        let mut raw = std::fs::read(&path).unwrap();
+        let last = raw.len() - 1;
+        raw[last] ^= 1;
+        std::fs::write(&path, raw).unwrap();
+        assert!(load(dir.path()).is_err());
+    }
+}

@@ -1,0 +1,271 @@
+//! Configuration: built-in defaults, overridden by a TOML file, overridden by
+//! `SHARDLOG_*` environment variables, overridden by flags. Validated once at
+//! start; a bad setting stops the broker with a message naming it.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::constants;
+use crate::log::{FlushPolicy, LogConfig};
+
+/// How clients reach the cores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ListenerMode {
+    /// Each core listens on its own port (base + core) and is its own node.
+    PerCore,
+    /// All cores share one port (SO_REUSEPORT); requests are forwarded to the
+    /// owning core.
+    Shared,
+}
+
+/// Topic defaults (Kafka's `log.*` broker settings).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TopicDefaults {
+    pub partitions: i32,
+    pub retention_ms: i64,
+    pub retention_bytes: i64,
+    pub segment_bytes: u64,
+    pub segment_ms: u64,
+    /// `always`, `never`, or an interval in milliseconds.
+    pub flush: String,
+    pub max_message_bytes: usize,
+    pub cleanup_policy: String,
+}
+
+impl Default for TopicDefaults {
+    fn default() -> Self {
+        let log = LogConfig::default();
+        Self {
+            partitions: 1,
+            retention_ms: log.retention_ms,
+            retention_bytes: log.retention_bytes,
+            segment_bytes: log.segment_bytes,
+            segment_ms: log.segment_ms,
+            flush: log.flush.to_string(),
+            max_message_bytes: log.batch_bytes_max,
+            cleanup_policy: "delete".into(),
+        }
+    }
+}
+
+/// Everything `shardlog serve` runs with.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServeConfig {
+    pub data: PathBuf,
+    /// Cores to run; 0 means every online core.
+    pub cores: usize,
+    pub host: IpAddr,
+    /// Host advertised to clients in Metadata (defaults to `host`).
+    pub advertised_host: Option<String>,
+    pub port: u16,
+    pub listener: ListenerMode,
+    /// Node id of core 0; core i is `node_id_base + i`.
+    pub node_id_base: i32,
+    pub auto_create_topics: bool,
+    pub request_bytes_max: usize,
+    pub io_memory_bytes: usize,
+    /// Pin each executor to its core.
+    pub pin: bool,
+    pub log_level: String,
+    pub topic: TopicDefaults,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            data: PathBuf::from("./data"),
+            cores: 0,
+            host: IpAddr::from([127, 0, 0, 1]),
+            advertised_host: None,
+            port: 9092,
+            listener: ListenerMode::PerCore,
+            node_id_base: 0,
+            auto_create_topics: true,
+            request_bytes_max: constants::REQUEST_BYTES_MAX_DEFAULT,
+            io_memory_bytes: constants::IO_MEMORY_BYTES_DEFAULT,
+            pin: true,
+            log_level: "info".into(),
+            topic: TopicDefaults::default(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path}: {source}")]
+    Parse { path: PathBuf, source: toml::de::Error },
+    #[error("invalid setting {name} = {value}: {reason}")]
+    Invalid { name: &'static str, value: String, reason: &'static str },
+}
+
+impl ServeConfig {
+    pub fn from_file(path: &std::path::Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        toml::from_str(&text).map_err(|source| ConfigError::Parse { path: path.into(), source })
+    }
+
+    /// Cores actually used.
+    pub fn core_count(&self) -> usize {
+        if self.cores == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            self.cores
+        }
+    }
+
+    pub fn advertised_host(&self) -> String {
+        self.advertised_host.clone().unwrap_or_else(|| self.host.to_string())
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |name, value: String, reason| Err(ConfigError::Invalid { name, value, reason });
+        if self.core_count() > constants::CORES_MAX {
+            return invalid("cores", self.cores.to_string(), "more than 256 cores");
+        }
+        if self.listener == ListenerMode::PerCore && usize::from(self.port) + self.core_count() > 65536 {
+            return invalid("port", self.port.to_string(), "port + cores exceeds 65535");
+        }
+        if self.request_bytes_max < 1024 || self.request_bytes_max > i32::MAX as usize {
+            return invalid("request-bytes-max", self.request_bytes_max.to_string(), "must be 1 KiB .. 2 GiB");
+        }
+        if self.io_memory_bytes < 64 * 1024 {
+            return invalid("io-memory-bytes", self.io_memory_bytes.to_string(), "at least 64 KiB");
+        }
+        if self.node_id_base < 0 {
+            return invalid("node-id-base", self.node_id_base.to_string(), "must be >= 0");
+        }
+        self.topic_log_config(&Default::default()).map(|_| ())
+    }
+
+    /// The log settings of a topic: its own configs over the broker defaults.
+    pub fn topic_log_config(
+        &self,
+        overrides: &std::collections::BTreeMap<String, String>,
+    ) -> Result<LogConfig, ConfigError> {
+        let d = &self.topic;
+        let mut log = LogConfig {
+            segment_bytes: d.segment_bytes,
+            segment_ms: d.segment_ms,
+            retention_ms: d.retention_ms,
+            retention_bytes: d.retention_bytes,
+            flush: FlushPolicy::parse(&d.flush).ok_or(ConfigError::Invalid {
+                name: "topic.flush",
+                value: d.flush.clone(),
+                reason: "always, never, or milliseconds",
+            })?,
+            batch_bytes_max: d.max_message_bytes,
+            ..LogConfig::default()
+        };
+        for (name, value) in overrides {
+            apply_topic_config(&mut log, name, value)?;
+        }
+        check_log_config(&log)?;
+        Ok(log)
+    }
+}
+
+/// Topic config keys shardlog understands, as Kafka names them.
+pub const TOPIC_CONFIG_KEYS: &[&str] = &[
+    "retention.ms",
+    "retention.bytes",
+    "segment.bytes",
+    "segment.ms",
+    "flush",
+    "max.message.bytes",
+    "cleanup.policy",
+    "min.insync.replicas",
+    "message.timestamp.type",
+];
+
+/// Applies one topic config to a log config; unknown keys are refused.
+pub fn apply_topic_config(log: &mut LogConfig, name: &str, value: &str) -> Result<(), ConfigError> {
+    fn number<T: std::str::FromStr>(name: &'static str, value: &str) -> Result<T, ConfigError> {
+        value.parse().map_err(|_| ConfigError::Invalid { name, value: value.into(), reason: "not a number" })
+    }
+    match name {
+        "retention.ms" => log.retention_ms = number("retention.ms", value)?,
+        "retention.bytes" => log.retention_bytes = number("retention.bytes", value)?,
+        "segment.bytes" => log.segment_bytes = number("segment.bytes", value)?,
+        "segment.ms" => log.segment_ms = number("segment.ms", value)?,
+        "max.message.bytes" => log.batch_bytes_max = number("max.message.bytes", value)?,
+        "flush" => {
+            log.flush = FlushPolicy::parse(value).ok_or(ConfigError::Invalid {
+                name: "flush",
+                value: value.into(),
+                reason: "always, never, or milliseconds",
+            })?
+        }
+        "cleanup.policy" => {
+            if value != "delete" {
+                return Err(ConfigError::Invalid { name: "cleanup.policy", value: value.into(), reason: "only delete is supported" });
+            }
+        }
+        "min.insync.replicas" => {
+            let n: i32 = number("min.insync.replicas", value)?;
+            if n != 1 {
+                return Err(ConfigError::Invalid { name: "min.insync.replicas", value: value.into(), reason: "single node: must be 1" });
+            }
+        }
+        "message.timestamp.type" => {
+            if value != "CreateTime" {
+                return Err(ConfigError::Invalid { name: "message.timestamp.type", value: value.into(), reason: "only CreateTime" });
+            }
+        }
+        _ => return Err(ConfigError::Invalid { name: "topic config", value: name.into(), reason: "unknown key" }),
+    }
+    Ok(())
+}
+
+fn check_log_config(log: &LogConfig) -> Result<(), ConfigError> {
+    let invalid = |name, value: String, reason| Err(ConfigError::Invalid { name, value, reason });
+    if !(64 * 1024..=1 << 30).contains(&log.segment_bytes) {
+        return invalid("segment.bytes", log.segment_bytes.to_string(), "must be 64 KiB .. 1 GiB");
+    }
+    if log.segment_ms == 0 {
+        return invalid("segment.ms", "0".into(), "must be positive");
+    }
+    if log.retention_ms < -1 || log.retention_bytes < -1 {
+        return invalid("retention", format!("{}/{}", log.retention_ms, log.retention_bytes), "-1 or a positive value");
+    }
+    if !(1024..=64 << 20).contains(&log.batch_bytes_max) {
+        return invalid("max.message.bytes", log.batch_bytes_max.to_string(), "must be 1 KiB .. 64 MiB");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        ServeConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn toml_file_overrides_defaults_and_rejects_unknown_keys() {
+        let config: ServeConfig = toml::from_str("port = 19092\n[topic]\npartitions = 6\nflush = \"never\"\n").unwrap();
+        assert_eq!(config.port, 19092);
+        assert_eq!(config.topic.partitions, 6);
+        assert_eq!(config.topic_log_config(&Default::default()).unwrap().flush, FlushPolicy::Never);
+        assert!(toml::from_str::<ServeConfig>("prot = 1").is_err());
+    }
+
+    #[test]
+    fn bad_topic_configs_are_refused() {
+        let config = ServeConfig::default();
+        let mut overrides = std::collections::BTreeMap::new();
+        overrides.insert("segment.bytes".to_string(), "12".to_string());
+        assert!(config.topic_log_config(&overrides).is_err());
+        overrides.clear();
+        overrides.insert("no.such.key".to_string(), "1".to_string());
+        assert!(config.topic_log_config(&overrides).is_err());
+    }
+}

@@ -1,0 +1,28 @@
+//! Every limit in one place, tied together by compile-time asserts.
+
+/// Largest request frame accepted (`socket.request.max.bytes`).
+pub const REQUEST_BYTES_MAX_DEFAULT: usize = 100 * 1024 * 1024;
+/// Requests read ahead on one connection while earlier ones are in flight.
+pub const CONNECTION_IN_FLIGHT_MAX: usize = 64;
+/// Cross-core inbox depth per core.
+pub const INBOX_DEPTH: usize = 4096;
+/// Partitions a single CreateTopics / CreatePartitions may ask for.
+pub const TOPIC_PARTITIONS_MAX: i32 = 100_000;
+/// Longest topic name Kafka accepts.
+pub const TOPIC_NAME_BYTES_MAX: usize = 249;
+/// Longest long-poll a Fetch may ask for.
+pub const FETCH_WAIT_MS_MAX: i32 = 60_000;
+/// Sequence ranges remembered per producer and partition (Kafka keeps 5).
+pub const PRODUCER_BATCHES_REMEMBERED: usize = 5;
+/// Producer ids handed out per persisted block.
+pub const PRODUCER_ID_BLOCK: i64 = 1000;
+/// glommio's registered I/O memory per executor. RLIMIT_MEMLOCK is often
+/// 8 MiB for the whole process, so keep this small.
+pub const IO_MEMORY_BYTES_DEFAULT: usize = 512 * 1024;
+/// Cores a node may run.
+pub const CORES_MAX: usize = 256;
+
+const _: () = assert!(CONNECTION_IN_FLIGHT_MAX >= 5, "idempotent producers pipeline 5 requests");
+const _: () = assert!(PRODUCER_BATCHES_REMEMBERED == 5);
+const _: () = assert!(IO_MEMORY_BYTES_DEFAULT * 8 <= 8 * 1024 * 1024, "8 cores fit in an 8 MiB memlock limit");
+const _: () = assert!(REQUEST_BYTES_MAX_DEFAULT <= i32::MAX as usize);

@@ -1,0 +1,109 @@
+//! One client connection: reads size-prefixed frames, runs each request as
+//! its own task (so a long-polling Fetch does not stall a Produce behind it),
+//! and writes the responses back strictly in request order.
+//!
+//! Requests are started in arrival order and every handler does its state
+//! changes (log appends) before its first await, so the effects keep the
+//! order of the requests as well.
+
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::channels::local_channel;
+use glommio::net::TcpStream;
+
+use super::handlers;
+use crate::constants::CONNECTION_IN_FLIGHT_MAX;
+use crate::shard::Shard;
+
+/// Responses at most this large are copied into one buffer and sent with a
+/// single write; larger ones go out chunk by chunk without copying.
+const COALESCE_BYTES_MAX: usize = 64 * 1024;
+/// Smallest frame that can hold a request header.
+const FRAME_BYTES_MIN: usize = 8;
+
+pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+    let (mut reader, mut writer) = futures_lite::io::split(stream);
+    let peer_for_writer = peer.clone();
+    let (queue, responses) = local_channel::new_bounded::<glommio::Task<handlers::Outcome>>(CONNECTION_IN_FLIGHT_MAX);
+    let writer_shard = shard.clone();
+    let writer_task = glommio::spawn_local(async move {
+        while let Some(task) = responses.recv().await {
+            let response = task.await;
+            let result = match response {
+                handlers::Outcome::Respond(chunks) => write_frame(&mut writer, chunks).await,
+                handlers::Outcome::NoResponse => Ok(()),
+                handlers::Outcome::Close(reason) => {
+                    tracing::debug!(%reason, "closing connection after a bad request");
+                    Err(std::io::Error::other(reason))
+                }
+            };
+            writer_shard.in_flight_requests.set(writer_shard.in_flight_requests.get() - 1);
+            if result.is_err() {
+                break;
+            }
+        }
+        let _ = writer.close().await;
+        let _ = peer_for_writer;
+    });
+    let request_bytes_max = shard.config.request_bytes_max;
+    loop {
+        if shard.shutting_down.get() {
+            break;
+        }
+        let frame = match read_frame(&mut reader, request_bytes_max).await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break,
+            Err(reason) => {
+                tracing::debug!(%peer, %reason, "closing connection");
+                break;
+            }
+        };
+        shard.in_flight_requests.set(shard.in_flight_requests.get() + 1);
+        let task_shard = shard.clone();
+        let task = glommio::spawn_local(async move { handlers::handle(&task_shard, frame).await });
+        if queue.send(task).await.is_err() {
+            break;
+        }
+    }
+    drop(queue);
+    writer_task.await;
+}
+
+/// Reads one frame; `Ok(None)` on a clean end of stream.
+async fn read_frame<R: futures_lite::AsyncRead + Unpin>(reader: &mut R, request_bytes_max: usize) -> Result<Option<Bytes>, String> {
+    let mut size = [0u8; 4];
+    match reader.read_exact(&mut size).await {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    }
+    let size = i32::from_be_bytes(size);
+    if size < FRAME_BYTES_MIN as i32 || size as usize > request_bytes_max {
+        return Err(format!("frame size {size} outside {FRAME_BYTES_MIN}..={request_bytes_max}"));
+    }
+    let mut frame = BytesMut::zeroed(size as usize);
+    reader.read_exact(&mut frame).await.map_err(|e| e.to_string())?;
+    Ok(Some(frame.freeze()))
+}
+
+async fn write_frame<W: futures_lite::AsyncWrite + Unpin>(writer: &mut W, chunks: Vec<Bytes>) -> std::io::Result<()> {
+    let len: usize = chunks.iter().map(Bytes::len).sum();
+    let prefix = (len as i32).to_be_bytes();
+    if len <= COALESCE_BYTES_MAX {
+        let mut buffer = Vec::with_capacity(len + 4);
+        buffer.extend_from_slice(&prefix);
+        for chunk in &chunks {
+            buffer.extend_from_slice(chunk);
+        }
+        return writer.write_all(&buffer).await;
+    }
+    writer.write_all(&prefix).await?;
+    for chunk in &chunks {
+        writer.write_all(chunk).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,95 @@
+//! Fetch: reads every requested partition on its owning core; long-polls up
+//! to max_wait_ms until min_bytes are available; lists every requested
+//! partition in the answer; returns at least one whole batch even above the
+//! byte limits.
+
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+
+use super::{respond, response, Outcome};
+use crate::constants::FETCH_WAIT_MS_MAX;
+use crate::protocol::fetch::{FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopicResponse};
+use crate::protocol::{DecodeResult, ErrorCode, Reader, Request};
+use crate::shard::{PartitionOp, PartitionReply, Shard};
+
+/// How often a long poll re-reads partitions that live on other cores.
+const REMOTE_POLL_INTERVAL: Duration = Duration::from_millis(1);
+
+pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -> DecodeResult<Outcome> {
+    let version = request.header.api_version;
+    let body = FetchRequest::decode(reader, version)?;
+    let max_wait = Duration::from_millis(body.max_wait_ms.clamp(0, FETCH_WAIT_MS_MAX) as u64);
+    let deadline = Instant::now() + max_wait;
+    let image = shard.image();
+    let has_remote = body
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(move |p| (t, p)))
+        .any(|(t, p)| image.partition(&t.name, p.index).is_some_and(|info| info.shard != shard.id));
+    let topics = loop {
+        let listener = shard.data_event.listen();
+        let topics = read_once(shard, &body).await;
+        let total: usize = topics.iter().flat_map(|t| &t.partitions).map(FetchPartitionResponse::records_bytes).sum();
+        let any_error = topics.iter().flat_map(|t| &t.partitions).any(|p| p.error != ErrorCode::None);
+        let now = Instant::now();
+        if total >= body.min_bytes.max(0) as usize || any_error || now >= deadline || shard.shutting_down.get() {
+            break topics;
+        }
+        let wait = if has_remote { (deadline - now).min(REMOTE_POLL_INTERVAL) } else { deadline - now };
+        futures_lite::future::or(listener, async {
+            glommio::timer::sleep(wait).await;
+        })
+        .await;
+    };
+    let mut w = response(request);
+    FetchResponse { throttle_time_ms: 0, error: Some(ErrorCode::None), session_id: 0, topics }.encode(&mut w, version);
+    Ok(respond(w))
+}
+
+/// One pass over every requested partition, trimmed to the response budget.
+async fn read_once(shard: &Rc<Shard>, body: &FetchRequest) -> Vec<FetchTopicResponse> {
+    let mut reads = Vec::new();
+    for topic in &body.topics {
+        for partition in &topic.partitions {
+            let shard = shard.clone();
+            let name = topic.name.clone();
+            let p = *partition;
+            reads.push(async move {
+                let op = PartitionOp::Fetch { offset: p.fetch_offset, max_bytes: p.partition_max_bytes.max(0) as usize };
+                match shard.partition_op(&name, p.index, op).await {
+                    PartitionReply::Fetch(answer) => answer,
+                    _ => FetchPartitionResponse::error(p.index, ErrorCode::UnknownServerError),
+                }
+            });
+        }
+    }
+    let mut answers = join_all(reads).await.into_iter();
+    let mut budget = body.max_bytes.max(0) as usize;
+    let mut first = true;
+    body.topics
+        .iter()
+        .map(|topic| FetchTopicResponse {
+            name: topic.name.clone(),
+            partitions: topic
+                .partitions
+                .iter()
+                .filter_map(|_| answers.next())
+                .map(|mut answer| {
+                    let mut kept = Vec::new();
+                    for batch in answer.records.drain(..) {
+                        if !first && batch.len() > budget {
+                            break;
+                        }
+                        budget = budget.saturating_sub(batch.len());
+                        first = false;
+                        kept.push(batch);
+                    }
+                    answer.records = kept;
+                    answer
+                })
+                .collect(),
+        })
+        .collect()
+}

@@ -1,0 +1,112 @@
+//! Metadata: brokers (each core its own node, or one node in shared-port
+//! mode), topics and partition leaders. Creates missing topics when allowed.
+
+use std::rc::Rc;
+
+use super::{respond, response, Outcome};
+use crate::cluster::controller::NewTopic;
+use crate::cluster::metadata::{MetadataImage, NodeId, ShardId};
+use crate::config::ListenerMode;
+use crate::protocol::metadata::{MetadataBroker, MetadataPartition, MetadataRequest, MetadataResponse, MetadataTopic};
+use crate::protocol::{DecodeResult, ErrorCode, Reader, Request};
+use crate::shard::{AdminOp, Shard};
+
+pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -> DecodeResult<Outcome> {
+    let version = request.header.api_version;
+    let body = MetadataRequest::decode(reader, version)?;
+    if let Some(names) = &body.topics {
+        let image = shard.image();
+        let missing: Vec<&String> = names.iter().filter(|n| image.topic(n).is_none()).collect();
+        if !missing.is_empty() && body.allow_auto_topic_creation && shard.config.auto_create_topics {
+            auto_create(shard, missing.into_iter().cloned().collect()).await;
+        }
+    }
+    let image = shard.image();
+    let answer = build(shard, &image, body.topics.as_deref());
+    let mut w = response(request);
+    answer.encode(&mut w, version);
+    Ok(respond(w))
+}
+
+/// Creates topics with the broker defaults (auto-creation).
+pub async fn auto_create(shard: &Rc<Shard>, names: Vec<String>) {
+    let topics = names
+        .into_iter()
+        .filter(|n| crate::cluster::controller::validate_topic_name(n).is_ok())
+        .map(|name| NewTopic { name, partitions: -1, replication_factor: -1, configs: Default::default() })
+        .collect::<Vec<_>>();
+    if !topics.is_empty() {
+        shard.admin(AdminOp::CreateTopics { topics, validate_only: false }).await;
+    }
+}
+
+/// The node clients should use for a shard.
+pub fn advertised_node(shard: &Shard, image: &MetadataImage, owner: ShardId) -> NodeId {
+    match shard.config.listener {
+        ListenerMode::PerCore => image.node_of_shard(owner),
+        ListenerMode::Shared => image.controller,
+    }
+}
+
+fn build(shard: &Shard, image: &MetadataImage, names: Option<&[String]>) -> MetadataResponse {
+    let brokers = match shard.config.listener {
+        ListenerMode::PerCore => image
+            .nodes
+            .iter()
+            .map(|n| MetadataBroker { node_id: n.node_id.0, host: n.host.clone(), port: n.port, rack: None })
+            .collect(),
+        ListenerMode::Shared => image
+            .nodes
+            .iter()
+            .filter(|n| n.node_id == image.controller)
+            .map(|n| MetadataBroker { node_id: n.node_id.0, host: n.host.clone(), port: n.port, rack: None })
+            .collect(),
+    };
+    let topic_names: Vec<String> = match names {
+        Some(names) => names.to_vec(),
+        None => image.durable.topics.keys().cloned().collect(),
+    };
+    let topics = topic_names
+        .into_iter()
+        .map(|name| match image.topic(&name) {
+            Some(topic) => MetadataTopic {
+                error: ErrorCode::None,
+                is_internal: false,
+                partitions: topic
+                    .partitions
+                    .iter()
+                    .enumerate()
+                    .map(|(index, p)| {
+                        let leader = advertised_node(shard, image, p.shard).0;
+                        MetadataPartition {
+                            error: ErrorCode::None,
+                            index: index as i32,
+                            leader_id: leader,
+                            leader_epoch: p.leader_epoch,
+                            replica_nodes: vec![leader],
+                            isr_nodes: vec![leader],
+                        }
+                    })
+                    .collect(),
+                name,
+            },
+            None => MetadataTopic {
+                error: if crate::cluster::controller::validate_topic_name(&name).is_ok() {
+                    ErrorCode::UnknownTopicOrPartition
+                } else {
+                    ErrorCode::InvalidTopicException
+                },
+                name,
+                is_internal: false,
+                partitions: Vec::new(),
+            },
+        })
+        .collect();
+    MetadataResponse {
+        throttle_time_ms: 0,
+        brokers,
+        cluster_id: Some(image.durable.cluster_id.clone()),
+        controller_id: image.controller.0,
+        topics,
+    }
+}

@@ -1,0 +1,61 @@
+//! Request dispatch: a flat match on the API key, one handler file per API.
+//! Handlers decide; codecs in `protocol` parse and encode.
+
+mod api_versions;
+mod fetch;
+mod list_offsets;
+mod metadata;
+mod produce;
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+
+use crate::protocol::{self, ApiKey, ParsedHeader, Reader, Request, Writer};
+use crate::shard::Shard;
+
+/// What the connection does after a request.
+pub enum Outcome {
+    Respond(Vec<Bytes>),
+    /// acks=0 produce: nothing goes back.
+    NoResponse,
+    /// The request could not be parsed: Kafka closes the connection.
+    Close(String),
+}
+
+/// Handles one frame (header and body).
+pub async fn handle(shard: &Rc<Shard>, frame: Bytes) -> Outcome {
+    let mut reader = Reader::new(frame);
+    let request = match protocol::parse_header(&mut reader) {
+        Ok(ParsedHeader::Supported(request)) => request,
+        Ok(ParsedHeader::Unsupported(header)) if header.api_key == ApiKey::ApiVersions as i16 => {
+            return api_versions::unsupported_version(header.correlation_id);
+        }
+        Ok(ParsedHeader::Unsupported(header)) => {
+            return Outcome::Close(format!("unsupported api {} version {}", header.api_key, header.api_version));
+        }
+        Err(err) => return Outcome::Close(format!("bad request header: {err}")),
+    };
+    let version = request.header.api_version;
+    let result = match request.api {
+        ApiKey::ApiVersions => api_versions::handle(&request, &mut reader),
+        ApiKey::Metadata => metadata::handle(shard, &request, &mut reader).await,
+        ApiKey::Produce => produce::handle(shard, &request, &mut reader).await,
+        ApiKey::Fetch => fetch::handle(shard, &request, &mut reader).await,
+        ApiKey::ListOffsets => list_offsets::handle(shard, &request, &mut reader).await,
+        other => return Outcome::Close(format!("api {other:?} v{version} is not served")),
+    };
+    match result {
+        Ok(outcome) => outcome,
+        Err(err) => Outcome::Close(format!("bad {:?} v{version} request: {err}", request.api)),
+    }
+}
+
+/// Starts a response with the header for `request`.
+pub fn response(request: &Request) -> Writer {
+    protocol::response_writer(request.header.correlation_id, request.api, request.flexible)
+}
+
+pub fn respond(writer: Writer) -> Outcome {
+    Outcome::Respond(writer.into_chunks())
+}

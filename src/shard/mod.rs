@@ -1,0 +1,575 @@
+//! The per-core owner. A `Shard` lives on exactly one core and owns the
+//! partitions placed there, its copy of the metadata image and its inbox.
+//! Other cores reach its partitions only by sending owned messages to that
+//! inbox (bounded flume channels); replies come back on one-shot channels.
+//!
+//! Core 0 also hosts the controller: it serializes metadata changes, persists
+//! them and hands the new image to every core before answering.
+
+pub mod partition;
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use event_listener::Event;
+use glommio::sync::Semaphore;
+
+use crate::cluster::controller::{self, ItemResult, NewTopic};
+use crate::cluster::metadata::{self, MetadataImage, ShardId};
+use crate::config::ServeConfig;
+use crate::constants;
+use crate::log::{Log, LogError};
+use crate::protocol::fetch::FetchPartitionResponse;
+use crate::protocol::list_offsets::{self, ListOffsetsPartitionResponse};
+use crate::protocol::produce::ProducePartitionResponse;
+use crate::protocol::record_batch::{self, BatchError};
+use crate::protocol::ErrorCode;
+use partition::{Partition, SequenceCheck};
+
+/// Work for a partition, run on the core that owns it.
+#[derive(Debug, Clone)]
+pub enum PartitionOp {
+    Produce { records: Option<Bytes>, acks: i16 },
+    Fetch { offset: i64, max_bytes: usize },
+    ListOffsets { timestamp: i64 },
+    DeleteRecords { offset: i64 },
+    OffsetForLeaderEpoch { leader_epoch: i32 },
+}
+
+#[derive(Debug, Clone)]
+pub enum PartitionReply {
+    Produce(ProducePartitionResponse),
+    Fetch(FetchPartitionResponse),
+    ListOffsets(ListOffsetsPartitionResponse),
+    DeleteRecords { low_watermark: i64, error: ErrorCode },
+    OffsetForLeaderEpoch { leader_epoch: i32, end_offset: i64, error: ErrorCode },
+}
+
+/// A metadata change, run by the controller.
+#[derive(Debug, Clone)]
+pub enum AdminOp {
+    CreateTopics { topics: Vec<NewTopic>, validate_only: bool },
+    DeleteTopics { names: Vec<String> },
+    CreatePartitions { topics: Vec<(String, i32)>, validate_only: bool },
+    /// Set (`Some`) or delete (`None`) topic configs; `replace` drops the rest.
+    AlterTopicConfigs { name: String, changes: Vec<(String, Option<String>)>, replace: bool, validate_only: bool },
+    AllocateProducerId,
+}
+
+#[derive(Debug, Clone)]
+pub enum AdminReply {
+    Items(Vec<ItemResult>),
+    ProducerId(Result<i64, ErrorCode>),
+}
+
+/// Messages between cores.
+pub enum ShardMessage {
+    Partition { topic: String, partition: i32, op: PartitionOp, reply: flume::Sender<PartitionReply> },
+    Admin { op: AdminOp, reply: flume::Sender<AdminReply> },
+    ApplyImage { image: Arc<MetadataImage>, done: flume::Sender<()> },
+    Shutdown { done: flume::Sender<()> },
+}
+
+/// One core's state. Shared by the tasks of that core through `Rc`.
+pub struct Shard {
+    pub id: ShardId,
+    pub config: Arc<ServeConfig>,
+    image: RefCell<Arc<MetadataImage>>,
+    partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
+    inboxes: Vec<flume::Sender<ShardMessage>>,
+    /// Notified whenever new data becomes readable on this core (long polls).
+    pub data_event: Event,
+    /// Serializes metadata changes (controller core only).
+    controller_lock: Semaphore,
+    /// Producer ids left in the current block (controller core only).
+    producer_ids: Cell<(i64, i64)>,
+    pub shutting_down: Cell<bool>,
+    pub shutdown_event: Event,
+    pub in_flight_requests: Cell<usize>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ShardError {
+    #[error("log {topic}-{partition}: {source}")]
+    Log { topic: String, partition: i32, source: LogError },
+    #[error("metadata: {0}")]
+    Metadata(#[from] metadata::MetadataError),
+    #[error("config: {0}")]
+    Config(#[from] crate::config::ConfigError),
+}
+
+impl Shard {
+    pub fn new(id: ShardId, config: Arc<ServeConfig>, image: Arc<MetadataImage>, inboxes: Vec<flume::Sender<ShardMessage>>) -> Rc<Self> {
+        Rc::new(Self {
+            id,
+            config,
+            image: RefCell::new(image),
+            partitions: RefCell::new(HashMap::new()),
+            inboxes,
+            data_event: Event::new(),
+            controller_lock: Semaphore::new(1),
+            producer_ids: Cell::new((0, 0)),
+            shutting_down: Cell::new(false),
+            shutdown_event: Event::new(),
+            in_flight_requests: Cell::new(0),
+        })
+    }
+
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.image.borrow().clone()
+    }
+
+    pub fn is_controller(&self) -> bool {
+        self.id == ShardId(0)
+    }
+
+    pub fn shard_count(&self) -> usize {
+        self.inboxes.len()
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.config.data.clone()
+    }
+
+    pub fn partition_dir(&self, topic: &str, partition: i32) -> PathBuf {
+        self.config.data.join(format!("{topic}-{partition}"))
+    }
+
+    pub fn local_partition(&self, topic: &str, partition: i32) -> Option<Rc<Partition>> {
+        self.partitions.borrow().get(&(topic.to_string(), partition)).cloned()
+    }
+
+    pub fn local_partition_count(&self) -> usize {
+        self.partitions.borrow().len()
+    }
+
+    /// Opens the partitions this core owns in `image` and closes the ones it
+    /// no longer owns (deleted topics: their files are removed).
+    pub async fn apply_image(&self, image: Arc<MetadataImage>) -> Result<(), ShardError> {
+        *self.image.borrow_mut() = image.clone();
+        let mut wanted: BTreeMap<(String, i32), crate::log::LogConfig> = BTreeMap::new();
+        for topic in image.durable.topics.values() {
+            let mut log_config = self.config.topic_log_config(&topic.configs)?;
+            for (index, p) in topic.partitions.iter().enumerate() {
+                if p.shard == self.id {
+                    log_config.leader_epoch = p.leader_epoch;
+                    wanted.insert((topic.name.clone(), index as i32), log_config.clone());
+                }
+            }
+        }
+        let gone: Vec<(String, i32)> =
+            self.partitions.borrow().keys().filter(|k| !wanted.contains_key(*k)).cloned().collect();
+        for key in gone {
+            let removed = self.partitions.borrow_mut().remove(&key);
+            if let Some(partition) = removed {
+                let log = &partition.log;
+                let closed = log.close().await;
+                if let Err(source) = closed.and_then(|_| log.remove_files()) {
+                    tracing::error!(topic = %key.0, partition = key.1, error = %source, "removing deleted partition failed");
+                }
+            }
+        }
+        for ((topic, index), log_config) in wanted {
+            let existing = self.local_partition(&topic, index);
+            match existing {
+                Some(partition) => {
+                    if partition.log.config() != log_config {
+                        partition.log.set_config(log_config);
+                    }
+                }
+                None => {
+                    let dir = self.partition_dir(&topic, index);
+                    let (log, report) = Log::open(dir, log_config)
+                        .await
+                        .map_err(|source| ShardError::Log { topic: topic.clone(), partition: index, source })?;
+                    if report.truncated_bytes > 0 {
+                        tracing::warn!(%topic, partition = index, truncated_bytes = report.truncated_bytes, "recovery truncated the log");
+                    }
+                    let partition = Rc::new(Partition::new(topic.clone(), index, log));
+                    self.partitions.borrow_mut().insert((topic, index), partition);
+                }
+            }
+            glommio::yield_if_needed().await;
+        }
+        Ok(())
+    }
+
+    /// Runs `op` on the partition's owner: here, or on another core.
+    pub async fn partition_op(self: &Rc<Self>, topic: &str, partition: i32, op: PartitionOp) -> PartitionReply {
+        let owner = self.image().partition(topic, partition).map(|p| p.shard);
+        match owner {
+            Some(shard) if shard == self.id => self.run_partition_op(topic, partition, op).await,
+            Some(shard) => {
+                let (reply, receive) = flume::bounded(1);
+                let message = ShardMessage::Partition { topic: topic.to_string(), partition, op: op.clone(), reply };
+                match self.send(shard, message).await {
+                    Ok(()) => match receive.recv_async().await {
+                        Ok(answer) => answer,
+                        Err(_) => error_reply(&op, partition, ErrorCode::NotLeaderOrFollower),
+                    },
+                    Err(()) => error_reply(&op, partition, ErrorCode::NotLeaderOrFollower),
+                }
+            }
+            None => error_reply(&op, partition, ErrorCode::UnknownTopicOrPartition),
+        }
+    }
+
+    async fn send(&self, shard: ShardId, message: ShardMessage) -> Result<(), ()> {
+        let inbox = self.inboxes.get(shard.0 as usize).ok_or(())?;
+        inbox.send_async(message).await.map_err(|_| ())
+    }
+
+    /// Runs a partition operation on this core (the owner).
+    pub async fn run_partition_op(&self, topic: &str, index: i32, op: PartitionOp) -> PartitionReply {
+        let Some(partition) = self.local_partition(topic, index) else {
+            let code = if self.image().partition(topic, index).is_some() {
+                ErrorCode::NotLeaderOrFollower
+            } else {
+                ErrorCode::UnknownTopicOrPartition
+            };
+            return error_reply(&op, index, code);
+        };
+        match op {
+            PartitionOp::Produce { records, acks } => PartitionReply::Produce(self.produce(&partition, records, acks).await),
+            PartitionOp::Fetch { offset, max_bytes } => PartitionReply::Fetch(fetch(&partition, offset, max_bytes).await),
+            PartitionOp::ListOffsets { timestamp } => PartitionReply::ListOffsets(list_offsets(&partition, timestamp).await),
+            PartitionOp::DeleteRecords { offset } => match partition.log.delete_records(offset).await {
+                Ok(low_watermark) => PartitionReply::DeleteRecords { low_watermark, error: ErrorCode::None },
+                Err(err) => PartitionReply::DeleteRecords { low_watermark: -1, error: log_error_code(&err) },
+            },
+            PartitionOp::OffsetForLeaderEpoch { leader_epoch } => {
+                let current = partition.log.config().leader_epoch;
+                if leader_epoch > current {
+                    PartitionReply::OffsetForLeaderEpoch { leader_epoch: -1, end_offset: -1, error: ErrorCode::None }
+                } else {
+                    // One epoch per partition on a single node: its end is the log end.
+                    PartitionReply::OffsetForLeaderEpoch {
+                        leader_epoch: current,
+                        end_offset: partition.log.log_end_offset(),
+                        error: ErrorCode::None,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Validates, de-duplicates and appends one partition's record set. The
+    /// appends happen before the first await, so requests keep their order.
+    async fn produce(&self, partition: &Partition, records: Option<Bytes>, acks: i16) -> ProducePartitionResponse {
+        let index = partition.index;
+        let Some(records) = records else {
+            return ProducePartitionResponse::error(index, ErrorCode::CorruptMessage);
+        };
+        let log = &partition.log;
+        let batch_bytes_max = log.config().batch_bytes_max;
+        let batches = match split_and_validate(records, batch_bytes_max) {
+            Ok(batches) => batches,
+            Err(code) => return ProducePartitionResponse::error(index, code),
+        };
+        let mut first_offset = None;
+        let mut last_appended = None;
+        for (data, header) in &batches {
+            match partition.check_sequence(header) {
+                Ok(SequenceCheck::Duplicate { base_offset }) => {
+                    first_offset.get_or_insert(base_offset);
+                }
+                Ok(SequenceCheck::Append) => match log.append(data, header) {
+                    Ok(appended) => {
+                        partition.record_sequence(header, appended.base_offset);
+                        first_offset.get_or_insert(appended.base_offset);
+                        last_appended = Some(appended.last_offset);
+                    }
+                    Err(err) => return ProducePartitionResponse::error(index, log_error_code(&err)),
+                },
+                Err(code) => return ProducePartitionResponse::error(index, code),
+            }
+        }
+        if let Some(last) = last_appended {
+            if let Err(err) = log.wait_done(last).await {
+                return ProducePartitionResponse::error(index, log_error_code(&err));
+            }
+            self.data_event.notify(usize::MAX);
+        }
+        let _ = acks;
+        ProducePartitionResponse {
+            index,
+            error: ErrorCode::None,
+            base_offset: first_offset.unwrap_or(-1),
+            log_append_time_ms: -1,
+            log_start_offset: log.log_start_offset(),
+            error_message: None,
+        }
+    }
+
+    /// Sends an admin operation to the controller (core 0) and waits.
+    pub async fn admin(self: &Rc<Self>, op: AdminOp) -> AdminReply {
+        if self.is_controller() {
+            return self.run_admin(op).await;
+        }
+        let (reply, receive) = flume::bounded(1);
+        let failed = || AdminReply::Items(Vec::new());
+        if self.send(ShardId(0), ShardMessage::Admin { op, reply }).await.is_err() {
+            return failed();
+        }
+        receive.recv_async().await.unwrap_or_else(|_| failed())
+    }
+
+    /// The controller: computes the next image, persists it, applies it on
+    /// every core, then answers.
+    async fn run_admin(self: &Rc<Self>, op: AdminOp) -> AdminReply {
+        assert!(self.is_controller());
+        let Ok(_permit) = self.controller_lock.acquire_permit(1).await else {
+            return AdminReply::Items(Vec::new());
+        };
+        let image = self.image();
+        let config = self.config.clone();
+        let check = move |configs: &BTreeMap<String, String>| config.topic_log_config(configs).map(|_| ()).map_err(|e| e.to_string());
+        let salt = crate::log::now_ms() ^ image.version;
+        let (next, items) = match op {
+            AdminOp::CreateTopics { topics, validate_only } => {
+                controller::create_topics(&image, &topics, self.config.topic.partitions, validate_only, salt, &check)
+            }
+            AdminOp::DeleteTopics { names } => controller::delete_topics(&image, &names),
+            AdminOp::CreatePartitions { topics, validate_only } => controller::create_partitions(&image, &topics, validate_only),
+            AdminOp::AlterTopicConfigs { name, changes, replace, validate_only } => {
+                let change = |configs: &mut BTreeMap<String, String>| {
+                    if replace {
+                        configs.clear();
+                    }
+                    for (key, value) in &changes {
+                        match value {
+                            Some(value) => configs.insert(key.clone(), value.clone()),
+                            None => configs.remove(key),
+                        };
+                    }
+                };
+                let (next, item) = controller::alter_topic_configs(&image, &name, &change, &check, validate_only);
+                (next, vec![item])
+            }
+            AdminOp::AllocateProducerId => return AdminReply::ProducerId(self.allocate_producer_id().await),
+        };
+        if next.durable != image.durable {
+            if let Err(err) = metadata::store(&self.config.data, &next.durable) {
+                tracing::error!(error = %err, "persisting metadata failed");
+                let failed = items.iter().map(|i| ItemResult { name: i.name.clone(), error: ErrorCode::KafkaStorageError, message: Some(err.to_string()) });
+                return AdminReply::Items(failed.collect());
+            }
+            self.broadcast_image(Arc::new(next)).await;
+        }
+        AdminReply::Items(items)
+    }
+
+    async fn allocate_producer_id(self: &Rc<Self>) -> Result<i64, ErrorCode> {
+        let (next, end) = self.producer_ids.get();
+        if next < end {
+            self.producer_ids.set((next + 1, end));
+            return Ok(next);
+        }
+        let image = self.image();
+        let mut durable = image.durable.clone();
+        let start = durable.producer_id_next.max(1);
+        durable.producer_id_next = start + constants::PRODUCER_ID_BLOCK;
+        metadata::store(&self.config.data, &durable).map_err(|_| ErrorCode::KafkaStorageError)?;
+        let next_image = MetadataImage { version: image.version + 1, durable, ..(*image).clone() };
+        *self.image.borrow_mut() = Arc::new(next_image.clone());
+        self.broadcast_image(Arc::new(next_image)).await;
+        self.producer_ids.set((start + 1, start + constants::PRODUCER_ID_BLOCK));
+        Ok(start)
+    }
+
+    async fn broadcast_image(self: &Rc<Self>, image: Arc<MetadataImage>) {
+        let mut waits = Vec::new();
+        for (index, inbox) in self.inboxes.iter().enumerate() {
+            if index == self.id.0 as usize {
+                continue;
+            }
+            let (done, wait) = flume::bounded(1);
+            if inbox.send_async(ShardMessage::ApplyImage { image: image.clone(), done }).await.is_ok() {
+                waits.push(wait);
+            }
+        }
+        if let Err(err) = self.apply_image(image).await {
+            tracing::error!(error = %err, "applying metadata on the controller core failed");
+        }
+        for wait in waits {
+            let _ = wait.recv_async().await;
+        }
+    }
+
+    /// Serves this core's inbox until shutdown.
+    pub async fn run_inbox(self: Rc<Self>, inbox: flume::Receiver<ShardMessage>) {
+        while let Ok(message) = inbox.recv_async().await {
+            match message {
+                ShardMessage::Partition { topic, partition, op, reply } => {
+                    let shard = self.clone();
+                    glommio::spawn_local(async move {
+                        let answer = shard.run_partition_op(&topic, partition, op).await;
+                        let _ = reply.send_async(answer).await;
+                    })
+                    .detach();
+                }
+                ShardMessage::Admin { op, reply } => {
+                    let shard = self.clone();
+                    glommio::spawn_local(async move {
+                        let answer = shard.run_admin(op).await;
+                        let _ = reply.send_async(answer).await;
+                    })
+                    .detach();
+                }
+                ShardMessage::ApplyImage { image, done } => {
+                    if let Err(err) = self.apply_image(image).await {
+                        tracing::error!(shard = self.id.0, error = %err, "applying metadata failed");
+                    }
+                    let _ = done.send_async(()).await;
+                }
+                ShardMessage::Shutdown { done } => {
+                    self.shutdown().await;
+                    let _ = done.send_async(()).await;
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Stops accepting, lets in-flight requests finish (bounded), then
+    /// closes every log cleanly.
+    pub async fn shutdown(&self) {
+        self.shutting_down.set(true);
+        self.shutdown_event.notify(usize::MAX);
+        for _ in 0..200 {
+            if self.in_flight_requests.get() == 0 {
+                break;
+            }
+            glommio::timer::sleep(Duration::from_millis(10)).await;
+        }
+        let partitions: Vec<Rc<Partition>> = self.partitions.borrow().values().cloned().collect();
+        for partition in partitions {
+            if let Err(err) = partition.log.close().await {
+                tracing::error!(topic = %partition.topic, partition = partition.index, error = %err, "closing log failed");
+            }
+        }
+    }
+
+    /// Background upkeep: retention checks and interval fsyncs.
+    pub async fn run_maintenance(self: Rc<Self>) {
+        let mut last_retention_ms = 0u64;
+        while !self.shutting_down.get() {
+            glommio::timer::sleep(Duration::from_millis(50)).await;
+            let now = crate::log::now_ms();
+            let partitions: Vec<Rc<Partition>> = self.partitions.borrow().values().cloned().collect();
+            let retention_due = now.saturating_sub(last_retention_ms) >= 5_000;
+            for partition in partitions {
+                if self.shutting_down.get() {
+                    return;
+                }
+                let log = &partition.log;
+                if let crate::log::FlushPolicy::IntervalMs(ms) = log.config().flush {
+                    if log.needs_sync() && now % ms.max(1) < 50 {
+                        let _ = log.sync().await;
+                    }
+                }
+                if retention_due {
+                    let _ = log.enforce_retention(now).await;
+                }
+                glommio::yield_if_needed().await;
+            }
+            if retention_due {
+                last_retention_ms = now;
+            }
+        }
+    }
+}
+
+fn split_and_validate(records: Bytes, batch_bytes_max: usize) -> Result<Vec<(Bytes, record_batch::BatchHeader)>, ErrorCode> {
+    if records.len() > batch_bytes_max.saturating_mul(64) {
+        return Err(ErrorCode::RecordListTooLarge);
+    }
+    let total = records.len();
+    let batches = record_batch::split_batches(records, usize::MAX).map_err(|e| e.error_code())?;
+    let consumed: usize = batches.iter().map(Bytes::len).sum();
+    if consumed != total || batches.is_empty() {
+        return Err(ErrorCode::CorruptMessage);
+    }
+    let mut out = Vec::with_capacity(batches.len());
+    for data in batches {
+        if data.len() > batch_bytes_max {
+            return Err(ErrorCode::MessageTooLarge);
+        }
+        let header = record_batch::validate(&data, batch_bytes_max).map_err(|e: BatchError| e.error_code())?;
+        if header.is_transactional() || header.is_control() {
+            return Err(ErrorCode::InvalidRecord);
+        }
+        out.push((data, header));
+    }
+    Ok(out)
+}
+
+async fn fetch(partition: &Partition, offset: i64, max_bytes: usize) -> FetchPartitionResponse {
+    let log = &partition.log;
+    match log.read(offset, max_bytes).await {
+        Ok(read) => FetchPartitionResponse {
+            index: partition.index,
+            error: ErrorCode::None,
+            high_watermark: read.high_watermark,
+            last_stable_offset: read.high_watermark,
+            log_start_offset: read.log_start_offset,
+            records: read.batches,
+        },
+        Err(err) => FetchPartitionResponse {
+            index: partition.index,
+            error: log_error_code(&err),
+            high_watermark: log.high_watermark(),
+            last_stable_offset: log.high_watermark(),
+            log_start_offset: log.log_start_offset(),
+            records: Vec::new(),
+        },
+    }
+}
+
+async fn list_offsets(partition: &Partition, timestamp: i64) -> ListOffsetsPartitionResponse {
+    let log = &partition.log;
+    let epoch = log.config().leader_epoch;
+    let answer = |offset, timestamp| ListOffsetsPartitionResponse {
+        index: partition.index,
+        error: ErrorCode::None,
+        timestamp,
+        offset,
+        leader_epoch: epoch,
+    };
+    match timestamp {
+        list_offsets::LATEST_TIMESTAMP => answer(log.high_watermark(), -1),
+        list_offsets::EARLIEST_TIMESTAMP => answer(log.log_start_offset(), -1),
+        timestamp => match log.offset_for_timestamp(timestamp).await {
+            Ok(Some((offset, found))) => answer(offset, found),
+            Ok(None) => answer(-1, -1),
+            Err(err) => ListOffsetsPartitionResponse::error(partition.index, log_error_code(&err)),
+        },
+    }
+}
+
+/// The Kafka error code of a storage error (the one place they are mapped).
+pub fn log_error_code(err: &LogError) -> ErrorCode {
+    match err {
+        LogError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
+        LogError::Batch(batch) => batch.error_code(),
+        LogError::BatchTooLarge { .. } => ErrorCode::MessageTooLarge,
+        LogError::Io { .. } | LogError::Failed(_) | LogError::Closed | LogError::Corrupt { .. } => ErrorCode::KafkaStorageError,
+    }
+}
+
+fn error_reply(op: &PartitionOp, index: i32, code: ErrorCode) -> PartitionReply {
+    match op {
+        PartitionOp::Produce { .. } => PartitionReply::Produce(ProducePartitionResponse::error(index, code)),
+        PartitionOp::Fetch { .. } => PartitionReply::Fetch(FetchPartitionResponse::error(index, code)),
+        PartitionOp::ListOffsets { .. } => PartitionReply::ListOffsets(ListOffsetsPartitionResponse::error(index, code)),
+        PartitionOp::DeleteRecords { .. } => PartitionReply::DeleteRecords { low_watermark: -1, error: code },
+        PartitionOp::OffsetForLeaderEpoch { .. } => {
+            PartitionReply::OffsetForLeaderEpoch { leader_epoch: -1, end_offset: -1, error: code }
+        }
+    }
+}
