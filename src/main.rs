@@ -1,1 +1,269 @@
-fn main() {}
+//! The `shardlog` command: parse the command line, run the subcommand.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use shardlog::client::admin::Admin;
+use shardlog::config::{ListenerMode, ServeConfig};
+
+#[derive(Parser)]
+#[command(name = "shardlog", version, about = "Kafka-compatible commit log, thread-per-core on io_uring")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a broker (defaults: 127.0.0.1:9092, data in ./data, every core).
+    Serve(Box<ServeArgs>),
+    /// Create, list, describe, alter and delete topics (like kafka-topics).
+    Topic {
+        #[command(subcommand)]
+        command: TopicCommand,
+    },
+}
+
+/// Settings come from built-in defaults, then the TOML file (--config), then
+/// SHARDLOG_* environment variables, then these flags.
+#[derive(Args)]
+struct ServeArgs {
+    /// TOML configuration file (keys as the long flags, with '_' for '-'; topic defaults under [topic]).
+    #[arg(long, env = "SHARDLOG_CONFIG")]
+    config: Option<PathBuf>,
+    /// Data directory [default: ./data].
+    #[arg(long, env = "SHARDLOG_DATA")]
+    data: Option<PathBuf>,
+    /// Cores to run, one executor each; 0 = all online cores [default: 0].
+    #[arg(long, env = "SHARDLOG_CORES")]
+    cores: Option<usize>,
+    /// Address to listen on [default: 127.0.0.1].
+    #[arg(long, env = "SHARDLOG_HOST")]
+    host: Option<std::net::IpAddr>,
+    /// Host name clients are told to connect to [default: the listen address].
+    #[arg(long, env = "SHARDLOG_ADVERTISED_HOST")]
+    advertised_host: Option<String>,
+    /// Base port: core i listens on port + i in per-core mode [default: 9092].
+    #[arg(long, env = "SHARDLOG_PORT")]
+    port: Option<u16>,
+    /// per-core: a port and node per core; shared: all cores on one port [default: per-core].
+    #[arg(long, env = "SHARDLOG_LISTENER", value_enum)]
+    listener: Option<ListenerMode>,
+    /// Node id of core 0; core i is node-id-base + i [default: 0].
+    #[arg(long, env = "SHARDLOG_NODE_ID_BASE")]
+    node_id_base: Option<i32>,
+    /// Create topics on first use by Metadata or Produce [default: true].
+    #[arg(long, env = "SHARDLOG_AUTO_CREATE_TOPICS")]
+    auto_create_topics: Option<bool>,
+    /// Largest request frame in bytes (socket.request.max.bytes) [default: 104857600].
+    #[arg(long, env = "SHARDLOG_REQUEST_BYTES_MAX")]
+    request_bytes_max: Option<usize>,
+    /// glommio registered I/O memory per core in bytes (mind RLIMIT_MEMLOCK) [default: 524288].
+    #[arg(long, env = "SHARDLOG_IO_MEMORY_BYTES")]
+    io_memory_bytes: Option<usize>,
+    /// Pin each executor to its CPU [default: true].
+    #[arg(long, env = "SHARDLOG_PIN")]
+    pin: Option<bool>,
+    /// Log filter (tracing env-filter syntax) [default: info].
+    #[arg(long, env = "SHARDLOG_LOG_LEVEL")]
+    log_level: Option<String>,
+    /// Partitions of auto-created topics and of CreateTopics with -1 [default: 1].
+    #[arg(long, env = "SHARDLOG_DEFAULT_PARTITIONS")]
+    default_partitions: Option<i32>,
+    /// Topic default retention.ms, -1 = forever [default: 604800000].
+    #[arg(long, env = "SHARDLOG_RETENTION_MS")]
+    retention_ms: Option<i64>,
+    /// Topic default retention.bytes per partition, -1 = unlimited [default: -1].
+    #[arg(long, env = "SHARDLOG_RETENTION_BYTES")]
+    retention_bytes: Option<i64>,
+    /// Topic default segment.bytes [default: 1073741824].
+    #[arg(long, env = "SHARDLOG_SEGMENT_BYTES")]
+    segment_bytes: Option<u64>,
+    /// Topic default segment.ms [default: 604800000].
+    #[arg(long, env = "SHARDLOG_SEGMENT_MS")]
+    segment_ms: Option<u64>,
+    /// Topic default flush policy: always (fdatasync before acking), never, or an interval in ms [default: always].
+    #[arg(long, env = "SHARDLOG_FLUSH")]
+    flush: Option<String>,
+    /// Topic default max.message.bytes (largest batch) [default: 1048588].
+    #[arg(long, env = "SHARDLOG_MAX_MESSAGE_BYTES")]
+    max_message_bytes: Option<usize>,
+}
+
+impl ServeArgs {
+    fn into_config(self) -> Result<ServeConfig, String> {
+        let mut config = match &self.config {
+            Some(path) => ServeConfig::from_file(path).map_err(|e| e.to_string())?,
+            None => ServeConfig::default(),
+        };
+        macro_rules! set {
+            ($($field:ident => $target:expr),* $(,)?) => {
+                $(if let Some(value) = self.$field { $target = value; })*
+            };
+        }
+        set!(
+            data => config.data,
+            cores => config.cores,
+            host => config.host,
+            port => config.port,
+            listener => config.listener,
+            node_id_base => config.node_id_base,
+            auto_create_topics => config.auto_create_topics,
+            request_bytes_max => config.request_bytes_max,
+            io_memory_bytes => config.io_memory_bytes,
+            pin => config.pin,
+            log_level => config.log_level,
+            default_partitions => config.topic.partitions,
+            retention_ms => config.topic.retention_ms,
+            retention_bytes => config.topic.retention_bytes,
+            segment_bytes => config.topic.segment_bytes,
+            segment_ms => config.topic.segment_ms,
+            flush => config.topic.flush,
+            max_message_bytes => config.topic.max_message_bytes,
+        );
+        if self.advertised_host.is_some() {
+            config.advertised_host = self.advertised_host;
+        }
+        config.validate().map_err(|e| e.to_string())?;
+        Ok(config)
+    }
+}
+
+#[derive(Subcommand)]
+enum TopicCommand {
+    /// Create a topic.
+    Create {
+        name: String,
+        #[arg(long, default_value_t = 1)]
+        partitions: i32,
+        /// Topic config, repeatable: --config retention.ms=60000
+        #[arg(long = "config", value_parser = parse_key_value)]
+        configs: Vec<(String, String)>,
+        #[command(flatten)]
+        broker: BrokerArg,
+    },
+    /// List topics.
+    List {
+        #[command(flatten)]
+        broker: BrokerArg,
+    },
+    /// Show partitions, leaders and configs of a topic.
+    Describe {
+        name: String,
+        #[command(flatten)]
+        broker: BrokerArg,
+    },
+    /// Delete a topic and its data.
+    Delete {
+        name: String,
+        #[command(flatten)]
+        broker: BrokerArg,
+    },
+    /// Change a topic: configs (--set k=v, --delete k) or partition count.
+    Alter {
+        name: String,
+        #[arg(long = "set", value_parser = parse_key_value)]
+        set: Vec<(String, String)>,
+        #[arg(long = "delete")]
+        delete: Vec<String>,
+        #[arg(long)]
+        partitions: Option<i32>,
+        #[command(flatten)]
+        broker: BrokerArg,
+    },
+}
+
+#[derive(Args)]
+struct BrokerArg {
+    /// Any broker node, host:port.
+    #[arg(long, short = 'b', env = "SHARDLOG_BROKERS", default_value = "127.0.0.1:9092")]
+    brokers: String,
+}
+
+fn parse_key_value(text: &str) -> Result<(String, String), String> {
+    text.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| format!("expected key=value, got {text}"))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => serve(*args),
+        Command::Topic { command } => topic(command),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("shardlog: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(args: ServeArgs) -> Result<(), String> {
+    let config = args.into_config()?;
+    let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level).map_err(|e| format!("log-level: {e}"))?;
+    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+    shardlog::server::serve(config).map_err(|e| e.to_string())
+}
+
+fn topic(command: TopicCommand) -> Result<(), String> {
+    let fail = |e: shardlog::client::ClientError| e.to_string();
+    let check = |result: shardlog::client::admin::AdminResult| -> Result<(), String> {
+        if result.error.is_ok() {
+            Ok(())
+        } else {
+            Err(format!("{}: {:?}{}", result.name, result.error, result.message.map(|m| format!(": {m}")).unwrap_or_default()))
+        }
+    };
+    match command {
+        TopicCommand::Create { name, partitions, configs, broker } => {
+            let configs: BTreeMap<String, String> = configs.into_iter().collect();
+            check(Admin::connect(&broker.brokers).map_err(fail)?.create_topic(&name, partitions, &configs).map_err(fail)?)?;
+            println!("created topic {name} with {partitions} partitions");
+        }
+        TopicCommand::List { broker } => {
+            let metadata = Admin::connect(&broker.brokers).map_err(fail)?.metadata(None).map_err(fail)?;
+            for topic in metadata.topics {
+                println!("{}\t{} partitions", topic.name, topic.partitions.len());
+            }
+        }
+        TopicCommand::Describe { name, broker } => {
+            let mut admin = Admin::connect(&broker.brokers).map_err(fail)?;
+            let metadata = admin.metadata(Some(vec![name.clone()])).map_err(fail)?;
+            let Some(topic) = metadata.topics.into_iter().next() else { return Err("empty metadata".into()) };
+            if !topic.error.is_ok() {
+                return Err(format!("{name}: {:?}", topic.error));
+            }
+            println!("topic {name}: {} partitions", topic.partitions.len());
+            for p in &topic.partitions {
+                let node = metadata.brokers.iter().find(|b| b.node_id == p.leader_id);
+                let address = node.map(|b| format!("{}:{}", b.host, b.port)).unwrap_or_default();
+                println!("  partition {}\tleader node {}\t{}", p.index, p.leader_id, address);
+            }
+            println!("configs:");
+            for (key, value, is_override) in admin.describe_topic_configs(&name).map_err(fail)? {
+                println!("  {key}={value}{}", if is_override { "" } else { "\t(default)" });
+            }
+        }
+        TopicCommand::Delete { name, broker } => {
+            check(Admin::connect(&broker.brokers).map_err(fail)?.delete_topic(&name).map_err(fail)?)?;
+            println!("deleted topic {name}");
+        }
+        TopicCommand::Alter { name, set, delete, partitions, broker } => {
+            let mut admin = Admin::connect(&broker.brokers).map_err(fail)?;
+            let mut changes: Vec<(String, Option<String>)> = set.into_iter().map(|(k, v)| (k, Some(v))).collect();
+            changes.extend(delete.into_iter().map(|k| (k, None)));
+            if !changes.is_empty() {
+                check(admin.alter_topic_configs(&name, &changes).map_err(fail)?)?;
+                println!("altered configs of {name}");
+            }
+            if let Some(count) = partitions {
+                check(admin.create_partitions(&name, count).map_err(fail)?)?;
+                println!("{name} now has {count} partitions");
+            }
+        }
+    }
+    Ok(())
+}

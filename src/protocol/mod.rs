@@ -89,6 +89,15 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     range(ApiKey::ListOffsets, 1, 5, 6),
     range(ApiKey::Metadata, 0, 8, 9),
     range(ApiKey::ApiVersions, 0, 3, 3),
+    range(ApiKey::CreateTopics, 2, 4, 5),
+    range(ApiKey::DeleteTopics, 1, 3, 4),
+    range(ApiKey::DeleteRecords, 0, 1, 2),
+    range(ApiKey::InitProducerId, 0, 1, 2),
+    range(ApiKey::OffsetForLeaderEpoch, 2, 3, 4),
+    range(ApiKey::DescribeConfigs, 1, 3, 4),
+    range(ApiKey::AlterConfigs, 0, 1, 2),
+    range(ApiKey::CreatePartitions, 0, 1, 2),
+    range(ApiKey::IncrementalAlterConfigs, 0, 1, 1),
 ];
 
 impl ApiKey {

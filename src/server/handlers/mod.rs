@@ -1,10 +1,18 @@
 //! Request dispatch: a flat match on the API key, one handler file per API.
 //! Handlers decide; codecs in `protocol` parse and encode.
 
+mod alter_configs;
 mod api_versions;
+mod create_partitions;
+mod create_topics;
+mod delete_records;
+mod delete_topics;
+mod describe_configs;
 mod fetch;
+mod init_producer_id;
 mod list_offsets;
 mod metadata;
+mod offset_for_leader_epoch;
 mod produce;
 
 use std::rc::Rc;
@@ -43,6 +51,15 @@ pub async fn handle(shard: &Rc<Shard>, frame: Bytes) -> Outcome {
         ApiKey::Produce => produce::handle(shard, &request, &mut reader).await,
         ApiKey::Fetch => fetch::handle(shard, &request, &mut reader).await,
         ApiKey::ListOffsets => list_offsets::handle(shard, &request, &mut reader).await,
+        ApiKey::CreateTopics => create_topics::handle(shard, &request, &mut reader).await,
+        ApiKey::DeleteTopics => delete_topics::handle(shard, &request, &mut reader).await,
+        ApiKey::CreatePartitions => create_partitions::handle(shard, &request, &mut reader).await,
+        ApiKey::DeleteRecords => delete_records::handle(shard, &request, &mut reader).await,
+        ApiKey::DescribeConfigs => describe_configs::handle(shard, &request, &mut reader).await,
+        ApiKey::AlterConfigs => alter_configs::handle(shard, &request, &mut reader).await,
+        ApiKey::IncrementalAlterConfigs => alter_configs::handle_incremental(shard, &request, &mut reader).await,
+        ApiKey::InitProducerId => init_producer_id::handle(shard, &request, &mut reader).await,
+        ApiKey::OffsetForLeaderEpoch => offset_for_leader_epoch::handle(shard, &request, &mut reader).await,
         other => return Outcome::Close(format!("api {other:?} v{version} is not served")),
     };
     match result {

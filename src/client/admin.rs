@@ -1,0 +1,138 @@
+//! Admin operations over the Kafka protocol (what `kafka-topics` does).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::{decode, ClientError, Connection};
+use crate::protocol::create_partitions::{CreatePartitionsRequest, CreatePartitionsResponse, CreatePartitionsTopic};
+use crate::protocol::create_topics::{CreatableTopic, CreatableTopicConfig, CreateTopicsRequest, CreateTopicsResponse};
+use crate::protocol::delete_topics::{DeleteTopicsRequest, DeleteTopicsResponse};
+use crate::protocol::describe_configs::{DescribeConfigsRequest, DescribeConfigsResource, DescribeConfigsResponse};
+use crate::protocol::incremental_alter_configs::{
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResource, IncrementalAlterConfigsResponse,
+    IncrementalAlterableConfig, CONFIG_OPERATION_DELETE, CONFIG_OPERATION_SET,
+};
+use crate::protocol::metadata::{MetadataRequest, MetadataResponse};
+use crate::protocol::{ApiKey, ErrorCode};
+
+pub struct Admin {
+    connection: Connection,
+}
+
+/// The outcome of one item (topic) of an admin request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminResult {
+    pub name: String,
+    pub error: ErrorCode,
+    pub message: Option<String>,
+}
+
+impl Admin {
+    pub fn connect(bootstrap: &str) -> Result<Self, ClientError> {
+        Ok(Self { connection: Connection::connect(bootstrap, Duration::from_secs(10))? })
+    }
+
+    pub fn metadata(&mut self, topics: Option<Vec<String>>) -> Result<MetadataResponse, ClientError> {
+        let request = MetadataRequest { topics, allow_auto_topic_creation: false };
+        let reader = self.connection.request(ApiKey::Metadata, 8, |w| request.encode(w, 8))?;
+        decode(reader, 8, MetadataResponse::decode)
+    }
+
+    pub fn create_topic(
+        &mut self,
+        name: &str,
+        partitions: i32,
+        configs: &BTreeMap<String, String>,
+    ) -> Result<AdminResult, ClientError> {
+        let request = CreateTopicsRequest {
+            topics: vec![CreatableTopic {
+                name: name.into(),
+                num_partitions: partitions,
+                replication_factor: -1,
+                assignments: Vec::new(),
+                configs: configs
+                    .iter()
+                    .map(|(k, v)| CreatableTopicConfig { name: k.clone(), value: Some(v.clone()) })
+                    .collect(),
+            }],
+            timeout_ms: 30_000,
+            validate_only: false,
+        };
+        let reader = self.connection.request(ApiKey::CreateTopics, 4, |w| request.encode(w, 4))?;
+        let response = decode(reader, 4, CreateTopicsResponse::decode)?;
+        let result = response.topics.into_iter().next();
+        Ok(result.map_or(
+            AdminResult { name: name.into(), error: ErrorCode::UnknownServerError, message: Some("empty response".into()) },
+            |t| AdminResult { name: t.name, error: t.error, message: t.error_message },
+        ))
+    }
+
+    pub fn delete_topic(&mut self, name: &str) -> Result<AdminResult, ClientError> {
+        let request = DeleteTopicsRequest { topic_names: vec![name.into()], timeout_ms: 30_000 };
+        let reader = self.connection.request(ApiKey::DeleteTopics, 3, |w| request.encode(w, 3))?;
+        let response = decode(reader, 3, DeleteTopicsResponse::decode)?;
+        let result = response.responses.into_iter().next();
+        Ok(result.map_or(
+            AdminResult { name: name.into(), error: ErrorCode::UnknownServerError, message: None },
+            |t| AdminResult { name: t.name, error: t.error, message: None },
+        ))
+    }
+
+    pub fn create_partitions(&mut self, name: &str, count: i32) -> Result<AdminResult, ClientError> {
+        let request = CreatePartitionsRequest {
+            topics: vec![CreatePartitionsTopic { name: name.into(), count, assignments: None }],
+            timeout_ms: 30_000,
+            validate_only: false,
+        };
+        let reader = self.connection.request(ApiKey::CreatePartitions, 1, |w| request.encode(w, 1))?;
+        let response = decode(reader, 1, CreatePartitionsResponse::decode)?;
+        let result = response.results.into_iter().next();
+        Ok(result.map_or(
+            AdminResult { name: name.into(), error: ErrorCode::UnknownServerError, message: None },
+            |t| AdminResult { name: t.name, error: t.error, message: t.error_message },
+        ))
+    }
+
+    /// Effective configs of a topic: (name, value, is an override).
+    pub fn describe_topic_configs(&mut self, name: &str) -> Result<Vec<(String, String, bool)>, ClientError> {
+        let request = DescribeConfigsRequest {
+            resources: vec![DescribeConfigsResource { resource_type: 2, resource_name: name.into(), configuration_keys: None }],
+            include_synonyms: false,
+            include_documentation: false,
+        };
+        let reader = self.connection.request(ApiKey::DescribeConfigs, 3, |w| request.encode(w, 3))?;
+        let response = decode(reader, 3, DescribeConfigsResponse::decode)?;
+        Ok(response
+            .results
+            .into_iter()
+            .flat_map(|r| r.configs)
+            .map(|c| (c.name, c.value.unwrap_or_default(), c.config_source == 1))
+            .collect())
+    }
+
+    /// Sets (`Some`) or removes (`None`) topic configs.
+    pub fn alter_topic_configs(&mut self, name: &str, changes: &[(String, Option<String>)]) -> Result<AdminResult, ClientError> {
+        let request = IncrementalAlterConfigsRequest {
+            resources: vec![IncrementalAlterConfigsResource {
+                resource_type: 2,
+                resource_name: name.into(),
+                configs: changes
+                    .iter()
+                    .map(|(key, value)| IncrementalAlterableConfig {
+                        name: key.clone(),
+                        config_operation: if value.is_some() { CONFIG_OPERATION_SET } else { CONFIG_OPERATION_DELETE },
+                        value: value.clone(),
+                    })
+                    .collect(),
+            }],
+            validate_only: false,
+        };
+        let reader = self.connection.request(ApiKey::IncrementalAlterConfigs, 1, |w| request.encode(w, 1))?;
+        let response = decode(reader, 1, IncrementalAlterConfigsResponse::decode)?;
+        let result = response.responses.into_iter().next();
+        Ok(result.map_or(
+            AdminResult { name: name.into(), error: ErrorCode::UnknownServerError, message: None },
+            |r| AdminResult { name: r.resource_name, error: r.error, message: r.error_message },
+        ))
+    }
+}

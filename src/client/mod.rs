@@ -1,0 +1,123 @@
+//! A small blocking Kafka client: the `shardlog topic` commands and the tests
+//! use it. It speaks the same codecs as the broker (`protocol`), one request
+//! at a time per connection.
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::protocol::{self, ApiKey, DecodeError, Reader, Writer};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("connection: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("response does not decode: {0}")]
+    Decode(#[from] DecodeError),
+    #[error("response correlation id {got} does not match request {expected}")]
+    Correlation { expected: i32, got: i32 },
+    #[error("response of {0} bytes is too large")]
+    TooLarge(i32),
+}
+
+/// One connection to one broker node.
+pub struct Connection {
+    stream: TcpStream,
+    correlation_id: i32,
+    client_id: String,
+}
+
+/// Responses larger than this are refused (a broken or hostile peer).
+const RESPONSE_BYTES_MAX: i32 = 256 * 1024 * 1024;
+
+impl Connection {
+    pub fn connect(address: impl ToSocketAddrs, timeout: Duration) -> Result<Self, ClientError> {
+        let address = address
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address"))?;
+        let stream = TcpStream::connect_timeout(&address, timeout)?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(timeout.max(Duration::from_secs(30))))?;
+        Ok(Self { stream, correlation_id: 0, client_id: "shardlog-cli".into() })
+    }
+
+    /// Sends a request whose body `encode` writes, and returns a reader over
+    /// the response body (header consumed).
+    pub fn request(&mut self, api: ApiKey, version: i16, encode: impl FnOnce(&mut Writer)) -> Result<Reader, ClientError> {
+        self.correlation_id += 1;
+        let correlation_id = self.correlation_id;
+        let flexible = api.range().is_some_and(|r| version >= r.flexible_from);
+        let mut w = Writer::new();
+        w.i16(api as i16);
+        w.i16(version);
+        w.i32(correlation_id);
+        w.nullable_string(Some(&self.client_id));
+        w.tagged_fields_v(flexible);
+        encode(&mut w);
+        self.send_frame(w.into_bytes())?;
+        let mut reader = Reader::new(self.read_frame()?);
+        let got = reader.i32()?;
+        if got != correlation_id {
+            return Err(ClientError::Correlation { expected: correlation_id, got });
+        }
+        if flexible && api != ApiKey::ApiVersions {
+            reader.tagged_fields()?;
+        }
+        Ok(reader)
+    }
+
+    /// Sends a request that gets no response (acks=0 produce).
+    pub fn send_only(&mut self, api: ApiKey, version: i16, encode: impl FnOnce(&mut Writer)) -> Result<(), ClientError> {
+        self.correlation_id += 1;
+        let mut w = Writer::new();
+        w.i16(api as i16);
+        w.i16(version);
+        w.i32(self.correlation_id);
+        w.nullable_string(Some(&self.client_id));
+        encode(&mut w);
+        self.send_frame(w.into_bytes())
+    }
+
+    /// Writes raw bytes (tests of malformed frames).
+    pub fn send_raw(&mut self, data: &[u8]) -> Result<(), ClientError> {
+        self.stream.write_all(data)?;
+        Ok(())
+    }
+
+    pub fn send_frame(&mut self, body: Bytes) -> Result<(), ClientError> {
+        let mut frame = Vec::with_capacity(body.len() + 4);
+        frame.extend_from_slice(&(body.len() as i32).to_be_bytes());
+        frame.extend_from_slice(&body);
+        self.stream.write_all(&frame)?;
+        Ok(())
+    }
+
+    pub fn read_frame(&mut self) -> Result<Bytes, ClientError> {
+        let mut size = [0u8; 4];
+        self.stream.read_exact(&mut size)?;
+        let size = i32::from_be_bytes(size);
+        if !(0..=RESPONSE_BYTES_MAX).contains(&size) {
+            return Err(ClientError::TooLarge(size));
+        }
+        let mut body = vec![0u8; size as usize];
+        self.stream.read_exact(&mut body)?;
+        Ok(Bytes::from(body))
+    }
+
+    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> Result<(), ClientError> {
+        self.stream.set_read_timeout(timeout)?;
+        Ok(())
+    }
+}
+
+pub mod admin;
+
+/// Decodes a response with a codec (`T::decode`).
+pub fn decode<T>(mut reader: Reader, version: i16, decode: impl FnOnce(&mut Reader, i16) -> Result<T, DecodeError>) -> Result<T, ClientError> {
+    Ok(decode(&mut reader, version)?)
+}
+
+pub use protocol::ErrorCode;
