@@ -204,7 +204,7 @@ fn main() -> ExitCode {
 fn serve(args: ServeArgs) -> Result<(), String> {
     let config = args.into_config()?;
     let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level).map_err(|e| format!("log-level: {e}"))?;
-    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_writer(std::io::stderr).init();
     shardlog::server::serve(config).map_err(|e| e.to_string())
 }
 

@@ -187,8 +187,8 @@ impl Shard {
                     let (log, report) = Log::open(dir, log_config)
                         .await
                         .map_err(|source| ShardError::Log { topic: topic.clone(), partition: index, source })?;
-                    if report.truncated_bytes > 0 {
-                        tracing::warn!(%topic, partition = index, truncated_bytes = report.truncated_bytes, "recovery truncated the log");
+                    if !report.clean_shutdown {
+                        tracing::info!(%topic, partition = index, scanned_bytes = report.scanned_bytes, truncated_bytes = report.truncated_bytes, "recovered after an unclean shutdown");
                     }
                     let partition = Rc::new(Partition::new(topic.clone(), index, log));
                     self.partitions.borrow_mut().insert((topic, index), partition);

@@ -1,0 +1,512 @@
+//! The broker as a real process, spoken to over real sockets with the
+//! crate's own client: protocol traps, durability across restarts and
+//! crashes, idempotence, long polls, and both listener modes.
+
+mod common;
+
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::*;
+use shardlog::protocol::api_versions::ApiVersionsRequest;
+use shardlog::protocol::init_producer_id::{InitProducerIdRequest, InitProducerIdResponse};
+use shardlog::protocol::list_offsets::{ListOffsetsPartition, ListOffsetsRequest, ListOffsetsResponse, ListOffsetsTopic};
+use shardlog::protocol::metadata::{MetadataRequest, MetadataResponse};
+use shardlog::protocol::record_batch::{self, encode_batch, ProducerFields};
+use shardlog::protocol::{ApiKey, ErrorCode, Reader, Writer};
+
+fn read_batches(conn: &mut shardlog::client::Connection, topic: &str, partition: i32) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    let mut offset = 0;
+    loop {
+        let response = fetch(conn, topic, partition, offset, 0, 1);
+        let p = &response.topics[0].partitions[0];
+        assert_eq!(p.error, ErrorCode::None);
+        if p.records.is_empty() {
+            return out;
+        }
+        for batch in &p.records {
+            let header = record_batch::validate(batch, 1 << 20).expect("valid batch");
+            offset = header.last_offset() + 1;
+            out.push(batch.clone());
+        }
+    }
+}
+
+fn values(batches: &[Bytes]) -> Vec<Bytes> {
+    batches
+        .iter()
+        .flat_map(|b| record_batch::decode_records(b).expect("records"))
+        .map(|r| r.value.expect("value"))
+        .collect()
+}
+
+#[test]
+fn api_versions_unsupported_version_gets_error_35_in_v0_layout() {
+    let broker = Broker::start(1, &[]);
+    let mut conn = broker.connect();
+    let mut w = Writer::new();
+    w.i16(ApiKey::ApiVersions as i16);
+    w.i16(99);
+    w.i32(42);
+    w.nullable_string(Some("test"));
+    conn.send_frame(w.into_bytes()).unwrap();
+    let mut r = Reader::new(conn.read_frame().unwrap());
+    assert_eq!(r.i32().unwrap(), 42);
+    assert_eq!(r.i16().unwrap(), ErrorCode::UnsupportedVersion.code());
+    let count = r.array_len(6).unwrap();
+    assert!(count >= 5, "the key list comes with the error");
+    let mut keys = Vec::new();
+    for _ in 0..count {
+        keys.push((r.i16().unwrap(), r.i16().unwrap(), r.i16().unwrap()));
+    }
+    assert!(keys.contains(&(ApiKey::ApiVersions as i16, 0, 3)));
+    assert_eq!(r.remaining(), 0, "v0 layout: no throttle time");
+}
+
+#[test]
+fn api_versions_v3_response_header_is_v0() {
+    let broker = Broker::start(1, &[]);
+    let mut conn = broker.connect();
+    let mut w = Writer::new();
+    w.i16(ApiKey::ApiVersions as i16);
+    w.i16(3);
+    w.i32(7);
+    w.nullable_string(Some("test"));
+    w.tagged_fields_v(true);
+    w.compact_nullable_string(Some("shardlog-test"));
+    w.compact_nullable_string(Some("1.0"));
+    w.tagged_fields_v(true);
+    conn.send_frame(w.into_bytes()).unwrap();
+    let mut r = Reader::new(conn.read_frame().unwrap());
+    assert_eq!(r.i32().unwrap(), 7);
+    // Straight into the body: error code, no tagged fields in the header.
+    assert_eq!(r.i16().unwrap(), 0);
+    let count = r.compact_array_len(7).unwrap();
+    assert!(count >= 14);
+    let _ = ApiVersionsRequest::default();
+}
+
+#[test]
+fn responses_come_back_in_request_order_and_acks_zero_gets_none() {
+    let broker = Broker::start(1, &[]);
+    create_topic(&broker, "order", 1, &[]);
+    let mut conn = broker.connect();
+    // 1: a long poll that waits 400 ms; 2: acks=0 produce; 3: ApiVersions.
+    let fetch_body = |w: &mut Writer| {
+        shardlog::protocol::fetch::FetchRequest {
+            replica_id: -1,
+            max_wait_ms: 400,
+            min_bytes: 1 << 20,
+            max_bytes: 1 << 20,
+            isolation_level: 0,
+            session_id: 0,
+            session_epoch: -1,
+            topics: vec![shardlog::protocol::fetch::FetchTopic {
+                name: "order".into(),
+                partitions: vec![shardlog::protocol::fetch::FetchPartition {
+                    index: 0,
+                    current_leader_epoch: -1,
+                    fetch_offset: 0,
+                    log_start_offset: -1,
+                    partition_max_bytes: 1 << 20,
+                }],
+            }],
+            rack_id: String::new(),
+        }
+        .encode(w, 11)
+    };
+    let frame = |api: ApiKey, version: i16, correlation: i32, body: &dyn Fn(&mut Writer)| {
+        let mut w = Writer::new();
+        w.i16(api as i16);
+        w.i16(version);
+        w.i32(correlation);
+        w.nullable_string(None);
+        body(&mut w);
+        w.into_bytes()
+    };
+    let started = Instant::now();
+    conn.send_frame(frame(ApiKey::Fetch, 11, 1, &fetch_body)).unwrap();
+    let produce_body = |w: &mut Writer| {
+        shardlog::protocol::produce::ProduceRequest {
+            transactional_id: None,
+            acks: 0,
+            timeout_ms: 1000,
+            topics: vec![shardlog::protocol::produce::ProduceTopic {
+                name: "order".into(),
+                partitions: vec![shardlog::protocol::produce::ProducePartition { index: 0, records: Some(batch("z", 3)) }],
+            }],
+        }
+        .encode(w)
+    };
+    conn.send_frame(frame(ApiKey::Produce, 8, 2, &produce_body)).unwrap();
+    conn.send_frame(frame(ApiKey::ApiVersions, 2, 3, &|_| {})).unwrap();
+    let first = Reader::new(conn.read_frame().unwrap()).i32().unwrap();
+    let second = Reader::new(conn.read_frame().unwrap()).i32().unwrap();
+    assert_eq!((first, second), (1, 3), "in request order, nothing for acks=0");
+    assert!(started.elapsed() >= Duration::from_millis(350), "the fetch long-polled");
+    let stored = read_batches(&mut conn, "order", 0);
+    assert_eq!(values(&stored).len(), 3, "the acks=0 records were appended");
+}
+
+#[test]
+fn metadata_lists_one_node_per_core_and_a_live_controller() {
+    let broker = Broker::start(2, &[]);
+    create_topic(&broker, "spread", 4, &[]);
+    let mut conn = broker.connect();
+    let request = MetadataRequest { topics: Some(vec!["spread".into()]), allow_auto_topic_creation: false };
+    let reader = conn.request(ApiKey::Metadata, 8, |w| request.encode(w, 8)).unwrap();
+    let metadata = shardlog::client::decode(reader, 8, MetadataResponse::decode).unwrap();
+    assert_eq!(metadata.brokers.len(), 2);
+    assert!(metadata.brokers.iter().any(|b| b.node_id == metadata.controller_id));
+    let leaders: std::collections::BTreeSet<i32> = metadata.topics[0].partitions.iter().map(|p| p.leader_id).collect();
+    assert_eq!(leaders.len(), 2, "partitions spread over both cores");
+}
+
+#[test]
+fn restart_keeps_every_acknowledged_record() {
+    let mut broker = Broker::start(2, &[]);
+    create_topic(&broker, "durable", 4, &[]);
+    let mut sent = vec![Vec::new(); 4];
+    for partition in 0..4 {
+        let mut conn = broker.connect_port(leader_port(&broker, "durable", partition));
+        for round in 0..20 {
+            let data = batch(&format!("p{partition}-r{round}"), 5);
+            let answer = produce(&mut conn, "durable", partition, data, -1);
+            assert_eq!(answer.topics[0].partitions[0].error, ErrorCode::None);
+            sent[partition as usize].extend(values(&[batch(&format!("p{partition}-r{round}"), 5)]));
+        }
+    }
+    broker.restart();
+    for partition in 0..4 {
+        let mut conn = broker.connect_port(leader_port(&broker, "durable", partition));
+        assert_eq!(values(&read_batches(&mut conn, "durable", partition)), sent[partition as usize]);
+    }
+}
+
+#[test]
+fn kill_nine_keeps_records_acknowledged_under_flush_always() {
+    let mut broker = Broker::start(1, &[]);
+    create_topic(&broker, "crash", 1, &[]);
+    let mut conn = broker.connect();
+    let mut acknowledged = Vec::new();
+    for round in 0..50 {
+        let data = batch(&format!("r{round}"), 4);
+        let answer = produce(&mut conn, "crash", 0, data.clone(), -1);
+        assert_eq!(answer.topics[0].partitions[0].error, ErrorCode::None);
+        acknowledged.extend(values(&[data]));
+    }
+    broker.kill();
+    broker.spawn();
+    let mut conn = broker.connect();
+    assert_eq!(values(&read_batches(&mut conn, "crash", 0)), acknowledged);
+}
+
+#[test]
+fn fetch_returns_whole_batch_above_max_bytes() {
+    let broker = Broker::start(1, &[]);
+    create_topic(&broker, "big", 1, &[]);
+    let mut conn = broker.connect();
+    let data = batch("big", 2000);
+    assert!(data.len() > 30_000);
+    produce(&mut conn, "big", 0, data.clone(), 1);
+    let request = shardlog::protocol::fetch::FetchRequest {
+        replica_id: -1,
+        max_wait_ms: 0,
+        min_bytes: 1,
+        max_bytes: 100,
+        isolation_level: 0,
+        session_id: 0,
+        session_epoch: -1,
+        topics: vec![shardlog::protocol::fetch::FetchTopic {
+            name: "big".into(),
+            partitions: vec![shardlog::protocol::fetch::FetchPartition {
+                index: 0,
+                current_leader_epoch: -1,
+                fetch_offset: 0,
+                log_start_offset: -1,
+                partition_max_bytes: 100,
+            }],
+        }],
+        rack_id: String::new(),
+    };
+    let reader = conn.request(ApiKey::Fetch, 11, |w| request.encode(w, 11)).unwrap();
+    let response = shardlog::client::decode(reader, 11, shardlog::protocol::fetch::FetchResponse::decode).unwrap();
+    let records = &response.topics[0].partitions[0].records;
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].len(), data.len());
+}
+
+#[test]
+fn fetch_long_poll_returns_as_soon_as_data_arrives() {
+    let broker = Broker::start(1, &[]);
+    create_topic(&broker, "poll", 1, &[]);
+    let port = broker.port;
+    let producer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        let mut conn = shardlog::client::Connection::connect(("127.0.0.1", port), Duration::from_secs(5)).unwrap();
+        produce(&mut conn, "poll", 0, batch("late", 1), 1);
+    });
+    let mut conn = broker.connect();
+    let started = Instant::now();
+    let response = fetch(&mut conn, "poll", 0, 0, 10_000, 1);
+    let waited = started.elapsed();
+    producer.join().unwrap();
+    assert_eq!(response.topics[0].partitions[0].records.len(), 1);
+    assert!(waited >= Duration::from_millis(250) && waited < Duration::from_secs(5), "waited {waited:?}");
+}
+
+#[test]
+fn list_offsets_earliest_latest_and_by_time_and_delete_records() {
+    let broker = Broker::start(1, &[]);
+    create_topic(&broker, "times", 1, &[]);
+    let mut conn = broker.connect();
+    let base = 1_700_000_000_000i64;
+    for i in 0..10 {
+        let data = encode_batch(&records(&format!("t{i}"), 2), base + 1000 * i, ProducerFields::NONE);
+        produce(&mut conn, "times", 0, data, 1);
+    }
+    let mut list = |timestamp: i64| {
+        let request = ListOffsetsRequest {
+            replica_id: -1,
+            isolation_level: 0,
+            topics: vec![ListOffsetsTopic {
+                name: "times".into(),
+                partitions: vec![ListOffsetsPartition { index: 0, current_leader_epoch: -1, timestamp }],
+            }],
+        };
+        let reader = conn.request(ApiKey::ListOffsets, 5, |w| request.encode(w, 5)).unwrap();
+        let answer = shardlog::client::decode(reader, 5, ListOffsetsResponse::decode).unwrap();
+        answer.topics[0].partitions[0]
+    };
+    assert_eq!(list(-2).offset, 0);
+    assert_eq!(list(-1).offset, 20);
+    let found = list(base + 3000);
+    assert_eq!((found.offset, found.timestamp), (6, base + 3000));
+    assert_eq!(list(base + 3001).offset, 7);
+    assert_eq!(list(base + 99_000).offset, -1);
+    let mut conn = broker.connect();
+    let request = shardlog::protocol::delete_records::DeleteRecordsRequest {
+        topics: vec![shardlog::protocol::delete_records::DeleteRecordsTopic {
+            name: "times".into(),
+            partitions: vec![shardlog::protocol::delete_records::DeleteRecordsPartition { partition_index: 0, offset: 5 }],
+        }],
+        timeout_ms: 1000,
+    };
+    let reader = conn.request(ApiKey::DeleteRecords, 1, |w| request.encode(w, 1)).unwrap();
+    let answer = shardlog::client::decode(reader, 1, shardlog::protocol::delete_records::DeleteRecordsResponse::decode).unwrap();
+    assert_eq!(answer.topics[0].partitions[0].low_watermark, 5);
+    let response = fetch(&mut conn, "times", 0, 0, 0, 1);
+    assert_eq!(response.topics[0].partitions[0].error, ErrorCode::OffsetOutOfRange);
+}
+
+fn init_producer_id(conn: &mut shardlog::client::Connection) -> i64 {
+    let request = InitProducerIdRequest { transactional_id: None, transaction_timeout_ms: 60_000 };
+    let reader = conn.request(ApiKey::InitProducerId, 1, |w| request.encode(w, 1)).unwrap();
+    let answer = shardlog::client::decode(reader, 1, InitProducerIdResponse::decode).unwrap();
+    assert_eq!(answer.error, ErrorCode::None);
+    answer.producer_id
+}
+
+#[test]
+fn idempotent_producer_duplicates_are_not_appended_twice_and_gaps_are_refused() {
+    let mut broker = Broker::start(1, &[]);
+    create_topic(&broker, "idem", 1, &[]);
+    let mut conn = broker.connect();
+    let producer_id = init_producer_id(&mut conn);
+    assert!(producer_id > 0);
+    assert_ne!(init_producer_id(&mut conn), producer_id, "ids are unique");
+    let idempotent = |sequence: i32, count: usize| {
+        encode_batch(
+            &records(&format!("s{sequence}"), count),
+            1_000,
+            ProducerFields { producer_id, producer_epoch: 0, base_sequence: sequence },
+        )
+    };
+    let first = produce(&mut conn, "idem", 0, idempotent(0, 3), -1);
+    assert_eq!(first.topics[0].partitions[0].base_offset, 0);
+    let second = produce(&mut conn, "idem", 0, idempotent(3, 2), -1);
+    assert_eq!(second.topics[0].partitions[0].base_offset, 3);
+    let retry = produce(&mut conn, "idem", 0, idempotent(3, 2), -1);
+    assert_eq!(retry.topics[0].partitions[0].error, ErrorCode::None);
+    assert_eq!(retry.topics[0].partitions[0].base_offset, 3, "a retry gets the original offset");
+    let gap = produce(&mut conn, "idem", 0, idempotent(9, 1), -1);
+    assert_eq!(gap.topics[0].partitions[0].error, ErrorCode::OutOfOrderSequenceNumber);
+    assert_eq!(values(&read_batches(&mut conn, "idem", 0)).len(), 5);
+    // Producer ids keep growing across restarts.
+    broker.restart();
+    let mut conn = broker.connect();
+    assert!(init_producer_id(&mut conn) > producer_id);
+}
+
+#[test]
+fn shared_listener_serves_partitions_of_every_core_on_one_port() {
+    let broker = Broker::start(2, &["--listener", "shared"]);
+    create_topic(&broker, "shared", 4, &[]);
+    let mut admin = shardlog::client::admin::Admin::connect(&broker.bootstrap()).unwrap();
+    let metadata = admin.metadata(Some(vec!["shared".into()])).unwrap();
+    assert_eq!(metadata.brokers.len(), 1, "one node in shared mode");
+    for round in 0..3 {
+        // New connections land on either core; each must reach every partition.
+        let mut conn = broker.connect();
+        for partition in 0..4 {
+            let answer = produce(&mut conn, "shared", partition, batch(&format!("r{round}p{partition}"), 2), 1);
+            assert_eq!(answer.topics[0].partitions[0].error, ErrorCode::None);
+        }
+    }
+    let mut conn = broker.connect();
+    for partition in 0..4 {
+        assert_eq!(values(&read_batches(&mut conn, "shared", partition)).len(), 6);
+    }
+}
+
+#[test]
+fn topic_configs_alter_and_partitions_grow_and_delete_removes_data() {
+    let broker = Broker::start(2, &[]);
+    create_topic(&broker, "cfg", 2, &[("retention.ms", "3600000")]);
+    let mut admin = shardlog::client::admin::Admin::connect(&broker.bootstrap()).unwrap();
+    let configs = admin.describe_topic_configs("cfg").unwrap();
+    assert!(configs.contains(&("retention.ms".into(), "3600000".into(), true)));
+    let altered = admin.alter_topic_configs("cfg", &[("flush".into(), Some("never".into()))]).unwrap();
+    assert_eq!(altered.error, ErrorCode::None);
+    let bad = admin.alter_topic_configs("cfg", &[("segment.bytes".into(), Some("1".into()))]).unwrap();
+    assert_eq!(bad.error, ErrorCode::InvalidConfig);
+    assert!(admin.describe_topic_configs("cfg").unwrap().contains(&("flush".into(), "never".into(), true)));
+    assert_eq!(admin.create_partitions("cfg", 5).unwrap().error, ErrorCode::None);
+    assert_eq!(admin.create_partitions("cfg", 3).unwrap().error, ErrorCode::InvalidPartitions);
+    let metadata = admin.metadata(Some(vec!["cfg".into()])).unwrap();
+    assert_eq!(metadata.topics[0].partitions.len(), 5);
+    let duplicate = admin.create_topic("cfg", 1, &Default::default()).unwrap();
+    assert_eq!(duplicate.error, ErrorCode::TopicAlreadyExists);
+    assert!(broker.data_dir().join("cfg-4").exists());
+    assert_eq!(admin.delete_topic("cfg").unwrap().error, ErrorCode::None);
+    assert!(!broker.data_dir().join("cfg-0").exists());
+    assert!(!broker.data_dir().join("cfg-4").exists());
+    assert_eq!(admin.delete_topic("cfg").unwrap().error, ErrorCode::UnknownTopicOrPartition);
+}
+
+/// Sends a raw frame and reports whether the broker closed the connection.
+fn closed_after(broker: &Broker, raw: &[u8]) -> bool {
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", broker.port)).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    use std::io::Write;
+    if conn.write_all(raw).is_err() {
+        return true;
+    }
+    let mut buf = [0u8; 64];
+    matches!(conn.read(&mut buf), Ok(0) | Err(_))
+}
+
+fn frame(header_and_body: &[u8]) -> Vec<u8> {
+    let mut out = (header_and_body.len() as i32).to_be_bytes().to_vec();
+    out.extend_from_slice(header_and_body);
+    out
+}
+
+fn header(api: ApiKey, version: i16) -> Writer {
+    let mut w = Writer::new();
+    w.i16(api as i16);
+    w.i16(version);
+    w.i32(1);
+    w.nullable_string(Some("abuse"));
+    w
+}
+
+#[test]
+fn malformed_frames_close_the_connection_and_leave_the_broker_serving() {
+    let mut broker = Broker::start(1, &["--request-bytes-max", "1048576"]);
+    create_topic(&broker, "safe", 1, &[]);
+    // Frame sizes: above the cap, negative, zero, 2^31-1.
+    for size in [2 << 20, -1, 0, i32::MAX] {
+        assert!(closed_after(&broker, &size.to_be_bytes()), "size {size}");
+    }
+    // Unknown API key; unsupported Produce version.
+    assert!(closed_after(&broker, &frame(&header_bytes(999, 0))));
+    assert!(closed_after(&broker, &frame(&header_bytes(ApiKey::Produce as i16, 2))));
+    // Produce whose topic array claims 2^31-1 elements.
+    let mut w = header(ApiKey::Produce, 8);
+    w.nullable_string(None);
+    w.i16(1);
+    w.i32(1000);
+    w.i32(i32::MAX);
+    assert!(closed_after(&broker, &frame(&w.into_bytes())));
+    // A string longer than the frame.
+    let mut w = header(ApiKey::Metadata, 8);
+    w.i32(1);
+    w.i16(30_000);
+    assert!(closed_after(&broker, &frame(&w.into_bytes())));
+    // A frame that promises more bytes than it sends, then hangs up.
+    {
+        let mut conn = std::net::TcpStream::connect(("127.0.0.1", broker.port)).unwrap();
+        use std::io::Write;
+        conn.write_all(&1000i32.to_be_bytes()).unwrap();
+        conn.write_all(&[0u8; 10]).unwrap();
+    }
+    assert!(broker.alive());
+    let mut conn = broker.connect();
+    let answer = produce(&mut conn, "safe", 0, batch("ok", 1), 1);
+    assert_eq!(answer.topics[0].partitions[0].error, ErrorCode::None);
+}
+
+fn header_bytes(api_key: i16, version: i16) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.i16(api_key);
+    w.i16(version);
+    w.i32(1);
+    w.nullable_string(None);
+    w.into_bytes().to_vec()
+}
+
+#[test]
+fn bad_batches_get_kafka_error_codes() {
+    let broker = Broker::start(1, &[]);
+    create_topic(&broker, "strict", 1, &[("max.message.bytes", "10000")]);
+    let mut conn = broker.connect();
+    let good = batch("g", 3).to_vec();
+    let mut bad_crc = good.clone();
+    let last = bad_crc.len() - 1;
+    bad_crc[last] ^= 0xff;
+    let mut bad_magic = good.clone();
+    bad_magic[record_batch::MAGIC_AT] = 1;
+    let mut bad_count = good.clone();
+    bad_count[record_batch::RECORD_COUNT_AT..record_batch::RECORD_COUNT_AT + 4].copy_from_slice(&5i32.to_be_bytes());
+    bad_count[record_batch::LAST_OFFSET_DELTA_AT..record_batch::LAST_OFFSET_DELTA_AT + 4].copy_from_slice(&4i32.to_be_bytes());
+    let crc = crc32c::crc32c(&bad_count[record_batch::ATTRIBUTES_AT..]);
+    bad_count[record_batch::CRC_AT..record_batch::CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+    let truncated = good[..good.len() - 5].to_vec();
+    let cases: Vec<(Vec<u8>, i16, ErrorCode)> = vec![
+        (bad_crc, 1, ErrorCode::CorruptMessage),
+        (bad_magic, 1, ErrorCode::CorruptMessage),
+        (bad_count, 1, ErrorCode::InvalidRecord),
+        (truncated, 1, ErrorCode::CorruptMessage),
+        (batch("big", 2000).to_vec(), 1, ErrorCode::MessageTooLarge),
+        (good.clone(), 5, ErrorCode::InvalidRequiredAcks),
+    ];
+    for (data, acks, expected) in cases {
+        let answer = produce(&mut conn, "strict", 0, Bytes::from(data), acks);
+        assert_eq!(answer.topics[0].partitions[0].error, expected);
+    }
+    let unknown = produce(&mut conn, "strict", 7, Bytes::from(good.clone()), 1);
+    assert_eq!(unknown.topics[0].partitions[0].error, ErrorCode::UnknownTopicOrPartition);
+    let answer = produce(&mut conn, "strict", 0, Bytes::from(good), 1);
+    assert_eq!(answer.topics[0].partitions[0].error, ErrorCode::None);
+    assert_eq!(answer.topics[0].partitions[0].base_offset, 0, "nothing bad was appended");
+}
+
+#[test]
+fn bad_configuration_is_refused_at_start() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_shardlog"))
+        .args(["serve", "--segment-bytes", "12", "--data", "/nonexistent-shardlog-test"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("segment.bytes"), "{stderr}");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_shardlog"))
+        .args(["serve", "--flush", "sometimes"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("flush"));
+}

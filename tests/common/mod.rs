@@ -1,0 +1,217 @@
+//! Shared test harness: a real `shardlog serve` process on free ports in a
+//! temporary data directory, and small helpers over the crate's own client.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use shardlog::client::Connection;
+use shardlog::protocol::fetch::{FetchPartition, FetchRequest, FetchResponse, FetchTopic};
+use shardlog::protocol::produce::{ProducePartition, ProduceRequest, ProduceResponse, ProduceTopic};
+use shardlog::protocol::record_batch::{encode_batch, ProducerFields, Record};
+use shardlog::protocol::ApiKey;
+
+pub struct Broker {
+    pub child: Option<Child>,
+    pub port: u16,
+    pub cores: usize,
+    pub data: PathBuf,
+    pub args: Vec<String>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// Finds `count` consecutive free ports.
+pub fn free_ports(count: usize) -> u16 {
+    for _ in 0..200 {
+        let probe = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let base = probe.local_addr().expect("addr").port();
+        drop(probe);
+        if base as usize + count >= 65535 {
+            continue;
+        }
+        if (0..count as u16).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
+            return base;
+        }
+    }
+    panic!("no free ports");
+}
+
+impl Broker {
+    pub fn start(cores: usize, extra: &[&str]) -> Broker {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = dir.path().join("data");
+        let mut broker = Broker {
+            child: None,
+            port: free_ports(cores),
+            cores,
+            data,
+            args: extra.iter().map(|s| s.to_string()).collect(),
+            _dir: Some(dir),
+        };
+        broker.spawn();
+        broker
+    }
+
+    pub fn spawn(&mut self) {
+        let child = Command::new(env!("CARGO_BIN_EXE_shardlog"))
+            .arg("serve")
+            .arg("--data")
+            .arg(&self.data)
+            .arg("--port")
+            .arg(self.port.to_string())
+            .arg("--cores")
+            .arg(self.cores.to_string())
+            .args(if self.args.iter().any(|a| a == "--log-level") { vec![] } else { vec!["--log-level", "warn"] })
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start shardlog");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let ports = if self.args.iter().any(|a| a == "shared") { 1 } else { self.cores };
+        for core in 0..ports {
+            // A real request, not just a connect: after a kill -9 the old
+            // listening socket lingers briefly while io_uring tears down.
+            loop {
+                let answered = Connection::connect(("127.0.0.1", self.port + core as u16), Duration::from_secs(2))
+                    .and_then(|mut conn| conn.request(ApiKey::ApiVersions, 0, |_| {}).map(|_| ()));
+                if answered.is_ok() {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "broker did not start listening");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn connect(&self) -> Connection {
+        self.connect_port(self.port)
+    }
+
+    pub fn connect_port(&self, port: u16) -> Connection {
+        Connection::connect(("127.0.0.1", port), Duration::from_secs(10)).expect("connect")
+    }
+
+    /// SIGTERM and wait; returns the exit code.
+    pub fn stop(&mut self) -> i32 {
+        let Some(mut child) = self.child.take() else { return -1 };
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGTERM);
+        }
+        let status = child.wait().expect("wait");
+        status.code().unwrap_or(-1)
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        assert_eq!(self.stop(), 0, "clean shutdown");
+        self.spawn();
+    }
+
+    /// Is the process still running?
+    pub fn alive(&mut self) -> bool {
+        match &mut self.child {
+            Some(child) => child.try_wait().expect("try_wait").is_none(),
+            None => false,
+        }
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn records(prefix: &str, count: usize) -> Vec<Record> {
+    (0..count)
+        .map(|i| Record {
+            key: Some(Bytes::from(format!("{prefix}-key-{i}"))),
+            value: Some(Bytes::from(format!("{prefix}-value-{i}"))),
+            headers: vec![("h".into(), Some(Bytes::from(format!("{i}"))))],
+            timestamp_delta: i as i64,
+            offset_delta: i as i32,
+        })
+        .collect()
+}
+
+pub fn batch(prefix: &str, count: usize) -> Bytes {
+    encode_batch(&records(prefix, count), shardlog::log::now_ms() as i64, ProducerFields::NONE)
+}
+
+pub fn produce(conn: &mut Connection, topic: &str, partition: i32, records: Bytes, acks: i16) -> ProduceResponse {
+    let request = ProduceRequest {
+        transactional_id: None,
+        acks,
+        timeout_ms: 10_000,
+        topics: vec![ProduceTopic {
+            name: topic.into(),
+            partitions: vec![ProducePartition { index: partition, records: Some(records) }],
+        }],
+    };
+    let reader = conn.request(ApiKey::Produce, 8, |w| request.encode(w)).expect("produce");
+    shardlog::client::decode(reader, 8, ProduceResponse::decode).expect("decode produce")
+}
+
+pub fn fetch(conn: &mut Connection, topic: &str, partition: i32, offset: i64, max_wait_ms: i32, min_bytes: i32) -> FetchResponse {
+    let request = FetchRequest {
+        replica_id: -1,
+        max_wait_ms,
+        min_bytes,
+        max_bytes: 50 << 20,
+        isolation_level: 0,
+        session_id: 0,
+        session_epoch: -1,
+        topics: vec![FetchTopic {
+            name: topic.into(),
+            partitions: vec![FetchPartition {
+                index: partition,
+                current_leader_epoch: -1,
+                fetch_offset: offset,
+                log_start_offset: -1,
+                partition_max_bytes: 10 << 20,
+            }],
+        }],
+        rack_id: String::new(),
+    };
+    let reader = conn.request(ApiKey::Fetch, 11, |w| request.encode(w, 11)).expect("fetch");
+    shardlog::client::decode(reader, 11, FetchResponse::decode).expect("decode fetch")
+}
+
+pub fn create_topic(broker: &Broker, name: &str, partitions: i32, configs: &[(&str, &str)]) {
+    let mut admin = shardlog::client::admin::Admin::connect(&broker.bootstrap()).expect("admin");
+    let configs = configs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let result = admin.create_topic(name, partitions, &configs).expect("create topic");
+    assert!(result.error.is_ok(), "create {name}: {result:?}");
+}
+
+/// Port of the core that leads `topic`/`partition` (per-core mode).
+pub fn leader_port(broker: &Broker, topic: &str, partition: i32) -> u16 {
+    let mut admin = shardlog::client::admin::Admin::connect(&broker.bootstrap()).expect("admin");
+    let metadata = admin.metadata(Some(vec![topic.into()])).expect("metadata");
+    let leader = metadata.topics[0].partitions.iter().find(|p| p.index == partition).expect("partition").leader_id;
+    metadata.brokers.iter().find(|b| b.node_id == leader).expect("leader broker").port as u16
+}
