@@ -334,9 +334,19 @@ fn idempotent_producer_duplicates_are_not_appended_twice_and_gaps_are_refused() 
     let gap = produce(&mut conn, "idem", 0, idempotent(9, 1), -1);
     assert_eq!(gap.topics[0].partitions[0].error, ErrorCode::OutOfOrderSequenceNumber);
     assert_eq!(values(&read_batches(&mut conn, "idem", 0)).len(), 5);
-    // Producer ids keep growing across restarts.
+    // Producer state and ids survive a clean restart and a kill -9.
     broker.restart();
     let mut conn = broker.connect();
+    let retry = produce(&mut conn, "idem", 0, idempotent(3, 2), -1);
+    assert_eq!(retry.topics[0].partitions[0].base_offset, 3, "duplicate detected after restart");
+    let next = produce(&mut conn, "idem", 0, idempotent(5, 1), -1);
+    assert_eq!(next.topics[0].partitions[0].base_offset, 5);
+    broker.kill();
+    broker.spawn();
+    let mut conn = broker.connect();
+    let retry = produce(&mut conn, "idem", 0, idempotent(5, 1), -1);
+    assert_eq!(retry.topics[0].partitions[0].base_offset, 5, "duplicate detected after kill -9");
+    assert_eq!(values(&read_batches(&mut conn, "idem", 0)).len(), 6);
     assert!(init_producer_id(&mut conn) > producer_id);
 }
 

@@ -307,6 +307,11 @@ impl Log {
         self.inner.state.borrow().segments.values().map(|s| s.size_bytes).sum()
     }
 
+    /// Base offset of the segment being written.
+    pub fn active_segment_base_offset(&self) -> i64 {
+        self.inner.state.borrow().segments.keys().next_back().copied().unwrap_or(0)
+    }
+
     pub fn segment_count(&self) -> usize {
         self.inner.state.borrow().segments.len()
     }

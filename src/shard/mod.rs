@@ -191,6 +191,10 @@ impl Shard {
                         tracing::info!(%topic, partition = index, scanned_bytes = report.scanned_bytes, truncated_bytes = report.truncated_bytes, "recovered after an unclean shutdown");
                     }
                     let partition = Rc::new(Partition::new(topic.clone(), index, log));
+                    partition
+                        .restore_producers()
+                        .await
+                        .map_err(|source| ShardError::Log { topic: topic.clone(), partition: index, source })?;
                     self.partitions.borrow_mut().insert((topic, index), partition);
                 }
             }
@@ -235,7 +239,7 @@ impl Shard {
             return error_reply(&op, index, code);
         };
         match op {
-            PartitionOp::Produce { records, acks } => PartitionReply::Produce(self.produce(&partition, records, acks).await),
+            PartitionOp::Produce { records, .. } => PartitionReply::Produce(self.produce(&partition, records).await),
             PartitionOp::Fetch { offset, max_bytes } => PartitionReply::Fetch(fetch(&partition, offset, max_bytes).await),
             PartitionOp::ListOffsets { timestamp } => PartitionReply::ListOffsets(list_offsets(&partition, timestamp).await),
             PartitionOp::DeleteRecords { offset } => match partition.log.delete_records(offset).await {
@@ -260,7 +264,7 @@ impl Shard {
 
     /// Validates, de-duplicates and appends one partition's record set. The
     /// appends happen before the first await, so requests keep their order.
-    async fn produce(&self, partition: &Partition, records: Option<Bytes>, acks: i16) -> ProducePartitionResponse {
+    async fn produce(&self, partition: &Partition, records: Option<Bytes>) -> ProducePartitionResponse {
         let index = partition.index;
         let Some(records) = records else {
             return ProducePartitionResponse::error(index, ErrorCode::CorruptMessage);
@@ -295,7 +299,6 @@ impl Shard {
             }
             self.data_event.notify(usize::MAX);
         }
-        let _ = acks;
         ProducePartitionResponse {
             index,
             error: ErrorCode::None,
@@ -449,6 +452,9 @@ impl Shard {
         }
         let partitions: Vec<Rc<Partition>> = self.partitions.borrow().values().cloned().collect();
         for partition in partitions {
+            if let Err(err) = partition.snapshot_producers() {
+                tracing::error!(topic = %partition.topic, partition = partition.index, error = %err, "writing producer snapshot failed");
+            }
             if let Err(err) = partition.log.close().await {
                 tracing::error!(topic = %partition.topic, partition = partition.index, error = %err, "closing log failed");
             }
@@ -475,6 +481,7 @@ impl Shard {
                 }
                 if retention_due {
                     let _ = log.enforce_retention(now).await;
+                    let _ = partition.snapshot_producers();
                 }
                 glommio::yield_if_needed().await;
             }

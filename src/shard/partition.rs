@@ -1,8 +1,19 @@
 //! A partition as its owning core holds it: the log plus the idempotent
 //! producer state (the last sequence ranges of each producer).
+//!
+//! Producer state survives restarts: a snapshot (`producers` in the
+//! partition directory) records the state as of some log offset; on open the
+//! batches after that offset are replayed from the log. Without a usable
+//! snapshot the active segment is replayed.
+//!
+//! ```text
+//! producers: "SLPROD01" | crc32 (of the rest) u32 LE | snapshot_offset i64 BE | count u32 BE |
+//!            count × ( producer_id i64 | epoch i16 | n u8 | n × (first_seq i32 | last_seq i32 | base_offset i64) )
+//! ```
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
+use std::path::Path;
 
 use crate::constants::PRODUCER_BATCHES_REMEMBERED;
 use crate::log::Log;
@@ -14,6 +25,8 @@ pub struct Partition {
     pub index: i32,
     pub log: Log,
     producers: RefCell<HashMap<i64, ProducerEntry>>,
+    /// Producer state changed since the last snapshot.
+    producers_dirty: Cell<bool>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -33,7 +46,43 @@ pub enum SequenceCheck {
 
 impl Partition {
     pub fn new(topic: String, index: i32, log: Log) -> Self {
-        Self { topic, index, log, producers: RefCell::new(HashMap::new()) }
+        Self { topic, index, log, producers: RefCell::new(HashMap::new()), producers_dirty: Cell::new(false) }
+    }
+
+    /// Rebuilds producer state: the snapshot, then the batches after it.
+    pub async fn restore_producers(&self) -> Result<(), crate::log::LogError> {
+        let path = self.log.dir().join(SNAPSHOT_FILE);
+        let (mut offset, producers) = match std::fs::read(&path).ok().and_then(|raw| decode_snapshot(&raw)) {
+            Some((offset, producers)) => (offset, producers),
+            None => (self.log.active_segment_base_offset(), HashMap::new()),
+        };
+        *self.producers.borrow_mut() = producers;
+        offset = offset.clamp(self.log.log_start_offset(), self.log.high_watermark());
+        while offset < self.log.high_watermark() {
+            let read = self.log.read(offset, 1 << 20).await?;
+            let Some(last) = read.batches.last() else { break };
+            let next = BatchHeader::parse(last, usize::MAX)?.last_offset() + 1;
+            for batch in &read.batches {
+                let header = BatchHeader::parse(batch, usize::MAX)?;
+                if header.base_offset >= offset {
+                    self.record_sequence(&header, header.base_offset);
+                }
+            }
+            offset = next;
+            glommio::yield_if_needed().await;
+        }
+        Ok(())
+    }
+
+    /// Writes the producer snapshot if it changed (write, then rename).
+    pub fn snapshot_producers(&self) -> std::io::Result<()> {
+        if !self.producers_dirty.get() {
+            return Ok(());
+        }
+        let encoded = encode_snapshot(self.log.log_end_offset(), &self.producers.borrow());
+        write_atomically(&self.log.dir().join(SNAPSHOT_FILE), &encoded)?;
+        self.producers_dirty.set(false);
+        Ok(())
     }
 
     /// Checks an idempotent batch against the producer's recent sequences.
@@ -53,6 +102,7 @@ impl Partition {
         if header.producer_id < 0 || header.base_sequence < 0 {
             return;
         }
+        self.producers_dirty.set(true);
         let mut producers = self.producers.borrow_mut();
         let entry = producers.entry(header.producer_id).or_default();
         if header.producer_epoch != entry.epoch {
@@ -65,6 +115,66 @@ impl Partition {
             entry.batches.pop_front();
         }
     }
+}
+
+const SNAPSHOT_FILE: &str = "producers";
+const SNAPSHOT_MAGIC: &[u8; 8] = b"SLPROD01";
+
+fn encode_snapshot(offset: i64, producers: &HashMap<i64, ProducerEntry>) -> Vec<u8> {
+    let mut body = Vec::new();
+    body.extend_from_slice(&offset.to_be_bytes());
+    body.extend_from_slice(&(producers.len() as u32).to_be_bytes());
+    for (producer_id, entry) in producers {
+        body.extend_from_slice(&producer_id.to_be_bytes());
+        body.extend_from_slice(&entry.epoch.to_be_bytes());
+        body.push(entry.batches.len() as u8);
+        for (first, last, base) in &entry.batches {
+            body.extend_from_slice(&first.to_be_bytes());
+            body.extend_from_slice(&last.to_be_bytes());
+            body.extend_from_slice(&base.to_be_bytes());
+        }
+    }
+    let mut out = SNAPSHOT_MAGIC.to_vec();
+    out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+fn decode_snapshot(raw: &[u8]) -> Option<(i64, HashMap<i64, ProducerEntry>)> {
+    let rest = raw.strip_prefix(SNAPSHOT_MAGIC)?;
+    let (crc, body) = rest.split_at_checked(4)?;
+    if crc32fast::hash(body).to_le_bytes() != crc {
+        return None;
+    }
+    let mut at = 0usize;
+    let mut take = |n: usize| -> Option<&[u8]> {
+        let out = body.get(at..at + n)?;
+        at += n;
+        Some(out)
+    };
+    let offset = i64::from_be_bytes(take(8)?.try_into().ok()?);
+    let count = u32::from_be_bytes(take(4)?.try_into().ok()?);
+    let mut producers = HashMap::new();
+    for _ in 0..count {
+        let producer_id = i64::from_be_bytes(take(8)?.try_into().ok()?);
+        let epoch = i16::from_be_bytes(take(2)?.try_into().ok()?);
+        let n = take(1)?[0] as usize;
+        let mut batches = VecDeque::with_capacity(n.min(PRODUCER_BATCHES_REMEMBERED));
+        for _ in 0..n {
+            let first = i32::from_be_bytes(take(4)?.try_into().ok()?);
+            let last = i32::from_be_bytes(take(4)?.try_into().ok()?);
+            let base = i64::from_be_bytes(take(8)?.try_into().ok()?);
+            batches.push_back((first, last, base));
+        }
+        producers.insert(producer_id, ProducerEntry { epoch, batches });
+    }
+    Some((offset, producers))
+}
+
+fn write_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, data)?;
+    std::fs::rename(&tmp, path)
 }
 
 fn check(entry: &ProducerEntry, header: &BatchHeader) -> Result<SequenceCheck, ErrorCode> {
@@ -124,6 +234,19 @@ mod tests {
         let entry = entry_after(&[(0, 0, 3, 100), (0, 3, 2, 103)]);
         assert_eq!(check(&entry, &header(0, 5, 1)), Ok(SequenceCheck::Append));
         assert_eq!(check(&entry, &header(0, 3, 2)), Ok(SequenceCheck::Duplicate { base_offset: 103 }));
+    }
+
+    #[test]
+    fn snapshot_round_trips_and_rejects_corruption() {
+        let mut producers = HashMap::new();
+        producers.insert(7, entry_after(&[(2, 0, 3, 100), (2, 3, 2, 103)]));
+        let encoded = encode_snapshot(105, &producers);
+        assert_eq!(decode_snapshot(&encoded), Some((105, producers)));
+        let mut broken = encoded.clone();
+        let last = broken.len() - 1;
+        broken[last] ^= 1;
+        assert_eq!(decode_snapshot(&broken), None);
+        assert_eq!(decode_snapshot(&encoded[..10]), None);
     }
 
     #[test]
