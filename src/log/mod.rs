@@ -228,8 +228,9 @@ impl Log {
         if clean_shutdown {
             std::fs::remove_file(&marker).map_err(|e| LogError::io(&marker, e))?;
         }
-        let mut report = RecoveryReport { clean_shutdown, ..RecoveryReport::default() };
         let mut base_offsets = list_segments(&dir)?;
+        // A new log has nothing to recover.
+        let mut report = RecoveryReport { clean_shutdown: clean_shutdown || base_offsets.is_empty(), ..RecoveryReport::default() };
         base_offsets.sort_unstable();
         let mut segments = BTreeMap::new();
         let now = now_ms();
