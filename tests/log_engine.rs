@@ -259,3 +259,66 @@ mod rand_like {
         }
     }
 }
+
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
+#[test]
+fn ten_thousand_partitions_open_append_and_reopen() {
+    const PARTITIONS: usize = 10_000;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    let data = batch(1, 4, 1_000);
+    run(move || async move {
+        let config = LogConfig { flush: FlushPolicy::Never, ..LogConfig::default() };
+        let rss_before = rss_bytes();
+        let started = std::time::Instant::now();
+        let mut logs = Vec::with_capacity(PARTITIONS);
+        for p in 0..PARTITIONS {
+            logs.push(Log::open(path.join(format!("t-{p}")), config.clone()).await.unwrap().0);
+        }
+        let opened = started.elapsed();
+        let header = record_batch::validate(&data, 1 << 20).unwrap();
+        for log in &logs {
+            let appended = log.append(&data, &header).unwrap();
+            log.wait_done(appended.last_offset).await.unwrap();
+        }
+        for log in &logs {
+            log.sync().await.unwrap();
+        }
+        let appended = started.elapsed() - opened;
+        let rss = rss_bytes().saturating_sub(rss_before);
+        let memory: usize = logs.iter().map(Log::memory_bytes).sum();
+        let close_started = std::time::Instant::now();
+        for log in &logs {
+            log.close().await.unwrap();
+        }
+        let closed = close_started.elapsed();
+        drop(logs);
+        let reopen_started = std::time::Instant::now();
+        let mut reopened = Vec::with_capacity(PARTITIONS);
+        for p in 0..PARTITIONS {
+            let (log, report) = Log::open(path.join(format!("t-{p}")), config.clone()).await.unwrap();
+            assert!(report.clean_shutdown);
+            assert_eq!(log.log_end_offset(), 4);
+            reopened.push(log);
+        }
+        let reopen = reopen_started.elapsed();
+        eprintln!(
+            "{PARTITIONS} partitions: open {opened:?}, append+sync {appended:?}, close {closed:?}, reopen {reopen:?}; \
+             RSS growth {} KiB ({} B/partition), log-accounted memory {} B/partition",
+            rss / 1024,
+            rss / PARTITIONS as u64,
+            memory / PARTITIONS
+        );
+        assert!(rss / (PARTITIONS as u64) < 64 * 1024, "per-partition memory stays small");
+        let read = reopened[PARTITIONS - 1].read(0, 1 << 20).await.unwrap();
+        assert_eq!(read.batches.len(), 1);
+        for log in &reopened {
+            log.close().await.unwrap();
+        }
+    });
+}

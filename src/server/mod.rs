@@ -46,6 +46,7 @@ pub fn initial_image(config: &ServeConfig, durable: PersistedMetadata) -> Metada
 /// Runs the broker until SIGTERM or SIGINT, then shuts down cleanly.
 pub fn serve(config: ServeConfig) -> Result<(), ServeError> {
     config.validate()?;
+    raise_open_files_limit();
     std::fs::create_dir_all(&config.data)
         .map_err(|source| ServeError::DataDir { path: config.data.display().to_string(), source })?;
     let mut durable = metadata::load(&config.data)?.unwrap_or_default();
@@ -97,6 +98,20 @@ pub fn serve(config: ServeConfig) -> Result<(), ServeError> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Every segment is an open file: lift the soft descriptor limit to the hard
+/// one so thousands of partitions fit.
+fn raise_open_files_limit() {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: plain syscalls on a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+    tracing::debug!(open_files_max = limit.rlim_cur, "open file limit");
 }
 
 fn wait_for_signal() {
