@@ -161,6 +161,8 @@ pub struct RecoveryReport {
     pub segments: usize,
     pub truncated_bytes: u64,
     pub scanned_bytes: u64,
+    /// Segments that could not be read, renamed to `*.log.unreadable`.
+    pub unreadable_segments: Vec<PathBuf>,
 }
 
 struct CachedBatch {
@@ -236,8 +238,20 @@ impl Log {
         let now = now_ms();
         let last_base = base_offsets.last().copied();
         for base in base_offsets {
-            let segment = open_segment(&dir, base, Some(base) == last_base, &config, now, &mut report).await?;
-            segments.insert(base, segment);
+            match open_segment(&dir, base, Some(base) == last_base, &config, now, &mut report).await {
+                Ok(segment) => {
+                    segments.insert(base, segment);
+                }
+                Err(LogError::Io { path, message, .. }) => {
+                    // Never drop data silently: move the segment aside and say so.
+                    let log_path = dir.join(segment::file_name(base, "log"));
+                    let aside = log_path.with_extension("log.unreadable");
+                    std::fs::rename(&log_path, &aside).map_err(|e| LogError::io(&log_path, e))?;
+                    tracing::error!(%path, error = %message, moved_to = %aside.display(), "segment cannot be read; moved aside");
+                    report.unreadable_segments.push(aside);
+                }
+                Err(other) => return Err(other),
+            }
         }
         let stored_start = read_log_start(&dir)?;
         if segments.is_empty() {
@@ -284,6 +298,12 @@ impl Log {
 
     pub fn set_config(&self, config: LogConfig) {
         *self.inner.config.borrow_mut() = config;
+    }
+
+    /// True after a write or sync failed: the log takes no more appends
+    /// until it is reopened (which recovers what is on disk).
+    pub fn is_failed(&self) -> bool {
+        self.inner.state.borrow().failed.is_some()
     }
 
     pub fn log_start_offset(&self) -> i64 {

@@ -464,6 +464,7 @@ impl Shard {
     /// Background upkeep: retention checks and interval fsyncs.
     pub async fn run_maintenance(self: Rc<Self>) {
         let mut last_retention_ms = 0u64;
+        let mut last_reopen_ms = 0u64;
         while !self.shutting_down.get() {
             glommio::timer::sleep(Duration::from_millis(50)).await;
             let now = crate::log::now_ms();
@@ -474,6 +475,12 @@ impl Shard {
                     return;
                 }
                 let log = &partition.log;
+                if log.is_failed() {
+                    if now.saturating_sub(last_reopen_ms) >= 1_000 {
+                        self.reopen(&partition).await;
+                    }
+                    continue;
+                }
                 if let crate::log::FlushPolicy::IntervalMs(ms) = log.config().flush {
                     if log.needs_sync() && now % ms.max(1) < 50 {
                         let _ = log.sync().await;
@@ -488,6 +495,33 @@ impl Shard {
             if retention_due {
                 last_retention_ms = now;
             }
+            if now.saturating_sub(last_reopen_ms) >= 1_000 {
+                last_reopen_ms = now;
+            }
+        }
+    }
+}
+
+impl Shard {
+    /// Replaces a failed log by reopening it from disk (recovery keeps what
+    /// was durably written; the failed appends were never acknowledged).
+    async fn reopen(&self, failed: &Rc<Partition>) {
+        let key = (failed.topic.clone(), failed.index);
+        let config = failed.log.config();
+        match Log::open(failed.log.dir().to_path_buf(), config).await {
+            Ok((log, report)) => {
+                let partition = Rc::new(Partition::new(key.0.clone(), key.1, log));
+                if let Err(err) = partition.restore_producers().await {
+                    tracing::error!(topic = %key.0, partition = key.1, error = %err, "reopened log unreadable");
+                    return;
+                }
+                tracing::warn!(topic = %key.0, partition = key.1, truncated_bytes = report.truncated_bytes, "reopened a failed log");
+                let still_same = self.partitions.borrow().get(&key).is_some_and(|p| Rc::ptr_eq(p, failed));
+                if still_same {
+                    self.partitions.borrow_mut().insert(key, partition);
+                }
+            }
+            Err(err) => tracing::error!(topic = %key.0, partition = key.1, error = %err, "reopening a failed log failed"),
         }
     }
 }

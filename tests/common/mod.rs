@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -57,10 +57,10 @@ impl Broker {
     }
 
     pub fn spawn(&mut self) {
+        let data_override = self.args.iter().any(|a| a == "--data");
         let child = Command::new(env!("CARGO_BIN_EXE_shardlog"))
             .arg("serve")
-            .arg("--data")
-            .arg(&self.data)
+            .args(if data_override { vec![] } else { vec!["--data".into(), self.data.display().to_string()] })
             .arg("--port")
             .arg(self.port.to_string())
             .arg("--cores")
@@ -135,8 +135,11 @@ impl Broker {
         }
     }
 
-    pub fn data_dir(&self) -> &Path {
-        &self.data
+    pub fn data_dir(&self) -> PathBuf {
+        match self.args.iter().position(|a| a == "--data") {
+            Some(at) => PathBuf::from(&self.args[at + 1]),
+            None => self.data.clone(),
+        }
     }
 }
 

@@ -1,0 +1,118 @@
+//! A full disk: produces fail with a Kafka error (not a crash), nothing that
+//! was acknowledged is lost, and the broker takes writes again once space
+//! returns. Runs on a small loop-mounted ext4 filesystem (needs root, as CI
+//! and the development machines have).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::*;
+use shardlog::protocol::record_batch::{self, encode_batch, ProducerFields, Record};
+use shardlog::protocol::ErrorCode;
+
+struct LoopMount {
+    mount: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl LoopMount {
+    fn new(megabytes: u64) -> LoopMount {
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("disk.img");
+        let mount = dir.path().join("mnt");
+        std::fs::create_dir(&mount).unwrap();
+        std::fs::File::create(&image).unwrap().set_len(megabytes << 20).unwrap();
+        run("mkfs.ext4", &["-q", image.to_str().unwrap()]);
+        run("mount", &["-o", "loop", image.to_str().unwrap(), mount.to_str().unwrap()]);
+        LoopMount { mount, _dir: dir }
+    }
+}
+
+impl Drop for LoopMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.mount).status();
+    }
+}
+
+fn run(program: &str, args: &[&str]) {
+    let status = Command::new(program).args(args).status().unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(status.success(), "{program} {args:?} failed (this test needs root and loop devices)");
+}
+
+fn big_batch(tag: usize) -> Bytes {
+    let records: Vec<Record> = (0..64)
+        .map(|i| Record { value: Some(Bytes::from(vec![(tag % 251) as u8; 8 << 10])), offset_delta: i, ..Record::default() })
+        .collect();
+    encode_batch(&records, 1_000 + tag as i64, ProducerFields::NONE)
+}
+
+fn stored_tags(broker: &Broker) -> Vec<u8> {
+    let mut conn = broker.connect();
+    let mut tags = Vec::new();
+    let mut offset = 0;
+    loop {
+        let response = fetch(&mut conn, "fill", 0, offset, 0, 1);
+        let p = &response.topics[0].partitions[0];
+        assert_eq!(p.error, ErrorCode::None);
+        if p.records.is_empty() {
+            return tags;
+        }
+        for batch in &p.records {
+            let header = record_batch::validate(batch, 2 << 20).unwrap();
+            offset = header.last_offset() + 1;
+            tags.push(record_batch::decode_records(batch).unwrap()[0].value.as_ref().unwrap()[0]);
+        }
+    }
+}
+
+fn filler(dir: &Path, megabytes: usize) -> PathBuf {
+    let path = dir.join("filler");
+    std::fs::write(&path, vec![1u8; megabytes << 20]).unwrap();
+    path
+}
+
+#[test]
+fn full_disk_fails_produces_cleanly_and_recovers_when_space_returns() {
+    let disk = LoopMount::new(48);
+    let filler = filler(&disk.mount, 12);
+    let mut broker = Broker::start(1, &["--data", disk.mount.join("data").to_str().unwrap()]);
+    create_topic(&broker, "fill", 1, &[]);
+    let mut conn = broker.connect();
+    let mut acknowledged = Vec::new();
+    let mut refused = 0;
+    for tag in 0..200 {
+        let answer = produce(&mut conn, "fill", 0, big_batch(tag), -1);
+        match answer.topics[0].partitions[0].error {
+            ErrorCode::None => acknowledged.push((tag % 251) as u8),
+            ErrorCode::KafkaStorageError => {
+                refused += 1;
+                if refused >= 3 {
+                    break;
+                }
+            }
+            other => panic!("unexpected error {other:?}"),
+        }
+    }
+    assert!(refused >= 3, "the disk filled up ({} batches acknowledged)", acknowledged.len());
+    assert!(broker.alive(), "a full disk does not crash the broker");
+    assert_eq!(stored_tags(&broker), acknowledged, "every acknowledged batch is readable");
+    // Space returns: writes resume without a restart.
+    std::fs::remove_file(&filler).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let answer = produce(&mut conn, "fill", 0, big_batch(250), -1);
+        if answer.topics[0].partitions[0].error == ErrorCode::None {
+            acknowledged.push(250);
+            break;
+        }
+        assert!(Instant::now() < deadline, "writes did not resume after space returned");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    broker.restart();
+    assert_eq!(stored_tags(&broker), acknowledged, "nothing acknowledged is lost across a restart");
+    assert_eq!(broker.stop(), 0);
+}
