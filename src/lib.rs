@@ -25,6 +25,7 @@ pub mod client;
 pub mod cluster;
 pub mod config;
 pub mod constants;
+pub mod group;
 pub mod log;
 pub mod protocol;
 pub mod server;
