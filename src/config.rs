@@ -52,6 +52,26 @@ impl Default for TopicDefaults {
     }
 }
 
+/// Consumer-group settings (Kafka's `group.*`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GroupSettings {
+    pub initial_rebalance_delay_ms: u64,
+    pub session_timeout_ms_min: i32,
+    pub session_timeout_ms_max: i32,
+}
+
+impl Default for GroupSettings {
+    fn default() -> Self {
+        let defaults = crate::group::GroupConfig::default();
+        Self {
+            initial_rebalance_delay_ms: defaults.initial_rebalance_delay_ms,
+            session_timeout_ms_min: defaults.session_timeout_ms_min,
+            session_timeout_ms_max: defaults.session_timeout_ms_max,
+        }
+    }
+}
+
 /// Everything `shardlog serve` runs with.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -73,6 +93,7 @@ pub struct ServeConfig {
     pub pin: bool,
     pub log_level: String,
     pub topic: TopicDefaults,
+    pub group: GroupSettings,
 }
 
 impl Default for ServeConfig {
@@ -91,6 +112,7 @@ impl Default for ServeConfig {
             pin: true,
             log_level: "info".into(),
             topic: TopicDefaults::default(),
+            group: GroupSettings::default(),
         }
     }
 }
@@ -137,6 +159,13 @@ impl ServeConfig {
         }
         if self.io_memory_bytes < 64 * 1024 {
             return invalid("io-memory-bytes", self.io_memory_bytes.to_string(), "at least 64 KiB");
+        }
+        if self.group.session_timeout_ms_min <= 0 || self.group.session_timeout_ms_min > self.group.session_timeout_ms_max {
+            return invalid(
+                "group-min-session-timeout-ms",
+                self.group.session_timeout_ms_min.to_string(),
+                "must be positive and at most group-max-session-timeout-ms",
+            );
         }
         if self.node_id_base < 0 {
             return invalid("node-id-base", self.node_id_base.to_string(), "must be >= 0");

@@ -90,6 +90,15 @@ struct ServeArgs {
     /// Topic default max.message.bytes (largest batch) [default: 1048588].
     #[arg(long, env = "SHARDLOG_MAX_MESSAGE_BYTES")]
     max_message_bytes: Option<usize>,
+    /// How long the first rebalance of an empty group waits for more members (group.initial.rebalance.delay.ms) [default: 3000].
+    #[arg(long, env = "SHARDLOG_GROUP_INITIAL_REBALANCE_DELAY_MS")]
+    group_initial_rebalance_delay_ms: Option<u64>,
+    /// Smallest session timeout a consumer may ask for (group.min.session.timeout.ms) [default: 6000].
+    #[arg(long, env = "SHARDLOG_GROUP_MIN_SESSION_TIMEOUT_MS")]
+    group_min_session_timeout_ms: Option<i32>,
+    /// Largest session timeout a consumer may ask for (group.max.session.timeout.ms) [default: 1800000].
+    #[arg(long, env = "SHARDLOG_GROUP_MAX_SESSION_TIMEOUT_MS")]
+    group_max_session_timeout_ms: Option<i32>,
 }
 
 impl ServeArgs {
@@ -122,6 +131,9 @@ impl ServeArgs {
             segment_ms => config.topic.segment_ms,
             flush => config.topic.flush,
             max_message_bytes => config.topic.max_message_bytes,
+            group_initial_rebalance_delay_ms => config.group.initial_rebalance_delay_ms,
+            group_min_session_timeout_ms => config.group.session_timeout_ms_min,
+            group_max_session_timeout_ms => config.group.session_timeout_ms_max,
         );
         if self.advertised_host.is_some() {
             config.advertised_host = self.advertised_host;

@@ -242,6 +242,21 @@ impl GroupCoordinator {
             .get(&(topic.to_owned(), partition))
     }
 
+    /// Every committed offset, as records that rebuild the current state
+    /// when replayed on their own (used to compact the offsets log).
+    pub fn all_offsets(&self) -> Vec<OffsetRecord> {
+        let mut out = Vec::new();
+        for group in self.groups.values() {
+            for ((topic, partition), value) in &group.offsets {
+                out.push(OffsetRecord {
+                    key: OffsetKey { group_id: group.group_id.clone(), topic: topic.clone(), partition: *partition },
+                    value: Some(value.clone()),
+                });
+            }
+        }
+        out
+    }
+
     pub fn group_count(&self) -> usize {
         self.groups.len()
     }

@@ -98,6 +98,16 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     range(ApiKey::AlterConfigs, 0, 1, 2),
     range(ApiKey::CreatePartitions, 0, 1, 2),
     range(ApiKey::IncrementalAlterConfigs, 0, 1, 1),
+    range(ApiKey::FindCoordinator, 0, 2, 3),
+    range(ApiKey::JoinGroup, 0, 5, 6),
+    range(ApiKey::SyncGroup, 0, 3, 4),
+    range(ApiKey::Heartbeat, 0, 3, 4),
+    range(ApiKey::LeaveGroup, 0, 3, 4),
+    range(ApiKey::OffsetCommit, 2, 7, 8),
+    range(ApiKey::OffsetFetch, 1, 5, 6),
+    range(ApiKey::DescribeGroups, 0, 4, 5),
+    range(ApiKey::ListGroups, 0, 2, 3),
+    range(ApiKey::DeleteGroups, 0, 1, 2),
 ];
 
 impl ApiKey {

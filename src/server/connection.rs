@@ -25,9 +25,8 @@ const FRAME_BYTES_MIN: usize = 8;
 
 pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
     let _ = stream.set_nodelay(true);
-    let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+    let peer: Rc<str> = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default().into();
     let (mut reader, mut writer) = futures_lite::io::split(stream);
-    let peer_for_writer = peer.clone();
     let (queue, responses) = local_channel::new_bounded::<glommio::Task<handlers::Outcome>>(CONNECTION_IN_FLIGHT_MAX);
     let writer_shard = shard.clone();
     let writer_task = glommio::spawn_local(async move {
@@ -47,7 +46,6 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
             }
         }
         let _ = writer.close().await;
-        let _ = peer_for_writer;
     });
     let request_bytes_max = shard.config.request_bytes_max;
     loop {
@@ -64,7 +62,8 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
         };
         shard.in_flight_requests.set(shard.in_flight_requests.get() + 1);
         let task_shard = shard.clone();
-        let task = glommio::spawn_local(async move { handlers::handle(&task_shard, frame).await });
+        let task_peer = peer.clone();
+        let task = glommio::spawn_local(async move { handlers::handle(&task_shard, frame, &task_peer).await });
         if queue.send(task).await.is_err() {
             break;
         }

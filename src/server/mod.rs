@@ -142,6 +142,10 @@ async fn run_core(
         let _ = ready.send(Err(format!("core {core}: opening partitions failed: {err}")));
         return;
     }
+    if let Err(err) = shard.open_groups().await {
+        let _ = ready.send(Err(format!("core {core}: opening the group offsets log failed: {err}")));
+        return;
+    }
     let port = config.port + if config.listener == ListenerMode::PerCore { core as u16 } else { 0 };
     let listener = match listener::bind(SocketAddr::new(config.host, port), config.listener) {
         Ok(listener) => listener,

@@ -6,6 +6,7 @@
 //! Core 0 also hosts the controller: it serializes metadata changes, persists
 //! them and hands the new image to every core before answering.
 
+pub mod groups;
 pub mod partition;
 
 use std::cell::{Cell, RefCell};
@@ -72,6 +73,7 @@ pub enum ShardMessage {
     Partition { topic: String, partition: i32, op: PartitionOp, reply: flume::Sender<PartitionReply> },
     Admin { op: AdminOp, reply: flume::Sender<AdminReply> },
     ApplyImage { image: Arc<MetadataImage>, done: flume::Sender<()> },
+    Group { request: groups::GroupRequest, reply: flume::Sender<groups::GroupAnswer> },
     Shutdown { done: flume::Sender<()> },
 }
 
@@ -91,6 +93,8 @@ pub struct Shard {
     pub shutting_down: Cell<bool>,
     pub shutdown_event: Event,
     pub in_flight_requests: Cell<usize>,
+    /// The consumer groups hashed to this core (set once at start).
+    groups: RefCell<Option<Rc<groups::GroupService>>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -117,6 +121,7 @@ impl Shard {
             shutting_down: Cell::new(false),
             shutdown_event: Event::new(),
             in_flight_requests: Cell::new(0),
+            groups: RefCell::new(None),
         })
     }
 
@@ -424,6 +429,14 @@ impl Shard {
                     })
                     .detach();
                 }
+                ShardMessage::Group { request, reply } => {
+                    let shard = self.clone();
+                    glommio::spawn_local(async move {
+                        let answer = shard.run_group_op(request).await;
+                        let _ = reply.send_async(answer).await;
+                    })
+                    .detach();
+                }
                 ShardMessage::ApplyImage { image, done } => {
                     if let Err(err) = self.apply_image(image).await {
                         tracing::error!(shard = self.id.0, error = %err, "applying metadata failed");
@@ -449,6 +462,10 @@ impl Shard {
                 break;
             }
             glommio::timer::sleep(Duration::from_millis(10)).await;
+        }
+        let service = self.groups.borrow().clone();
+        if let Some(service) = service {
+            service.close().await;
         }
         let partitions: Vec<Rc<Partition>> = self.partitions.borrow().values().cloned().collect();
         for partition in partitions {
@@ -503,6 +520,83 @@ impl Shard {
 }
 
 impl Shard {
+    /// Opens this core's group service (replaying committed offsets) and
+    /// starts its timer.
+    pub async fn open_groups(self: &Rc<Self>) -> Result<(), groups::GroupServiceError> {
+        let settings = &self.config.group;
+        let config = crate::group::GroupConfig {
+            initial_rebalance_delay_ms: settings.initial_rebalance_delay_ms,
+            session_timeout_ms_min: settings.session_timeout_ms_min,
+            session_timeout_ms_max: settings.session_timeout_ms_max,
+            member_id_seed: (crate::log::now_ms() << 8) ^ u64::from(self.id.0) ^ ((self.config.node_id_base as u64) << 48),
+            ..Default::default()
+        };
+        let dir = self.config.data.join("__groups").join(format!("core-{}", self.id.0));
+        let service = groups::GroupService::open(&dir, config).await?;
+        *self.groups.borrow_mut() = Some(service.clone());
+        let stop = Rc::new(Cell::new(false));
+        let shard = self.clone();
+        let ticker_stop = stop.clone();
+        glommio::spawn_local(async move {
+            let watcher = async {
+                while !shard.shutting_down.get() {
+                    glommio::timer::sleep(Duration::from_millis(100)).await;
+                }
+                ticker_stop.set(true);
+            };
+            futures_lite::future::zip(service.run_ticks(stop), watcher).await;
+        })
+        .detach();
+        Ok(())
+    }
+
+    /// The core that coordinates `group_id`.
+    pub fn group_owner(&self, group_id: &str) -> ShardId {
+        ShardId(groups::group_shard(group_id, self.shard_count()))
+    }
+
+    /// Runs a group request on the group's core. In per-core mode a request
+    /// that reached another core is answered NOT_COORDINATOR (the client
+    /// asks FindCoordinator again); in shared-port mode it is forwarded.
+    pub async fn group_op(self: &Rc<Self>, group_id: &str, request: groups::GroupRequest) -> Result<groups::GroupAnswer, ErrorCode> {
+        let owner = self.group_owner(group_id);
+        if owner == self.id {
+            return Ok(self.run_group_op(request).await);
+        }
+        if self.config.listener == crate::config::ListenerMode::PerCore {
+            return Err(ErrorCode::NotCoordinator);
+        }
+        self.forward_group_op(owner, request).await
+    }
+
+    pub async fn forward_group_op(&self, owner: ShardId, request: groups::GroupRequest) -> Result<groups::GroupAnswer, ErrorCode> {
+        let (reply, receive) = flume::bounded(1);
+        self.send(owner, ShardMessage::Group { request, reply }).await.map_err(|_| ErrorCode::CoordinatorNotAvailable)?;
+        receive.recv_async().await.map_err(|_| ErrorCode::CoordinatorNotAvailable)
+    }
+
+    pub async fn run_group_op(&self, request: groups::GroupRequest) -> groups::GroupAnswer {
+        let service = self.groups.borrow().clone();
+        match service {
+            Some(service) => service.handle(request).await,
+            None => groups::GroupAnswer::Unavailable,
+        }
+    }
+
+    /// ListGroups: every core's groups.
+    pub async fn list_all_groups(self: &Rc<Self>) -> Vec<groups::GroupAnswer> {
+        let mut answers = Vec::new();
+        for shard in 0..self.shard_count() as u32 {
+            let answer = if ShardId(shard) == self.id {
+                self.run_group_op(groups::GroupRequest::List).await
+            } else {
+                self.forward_group_op(ShardId(shard), groups::GroupRequest::List).await.unwrap_or(groups::GroupAnswer::Unavailable)
+            };
+            answers.push(answer);
+        }
+        answers
+    }
+
     /// Replaces a failed log by reopening it from disk (recovery keeps what
     /// was durably written; the failed appends were never acknowledged).
     async fn reopen(&self, failed: &Rc<Partition>) {

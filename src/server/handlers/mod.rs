@@ -9,6 +9,8 @@ mod delete_records;
 mod delete_topics;
 mod describe_configs;
 mod fetch;
+mod find_coordinator;
+mod groups;
 mod init_producer_id;
 mod list_offsets;
 mod metadata;
@@ -32,7 +34,7 @@ pub enum Outcome {
 }
 
 /// Handles one frame (header and body).
-pub async fn handle(shard: &Rc<Shard>, frame: Bytes) -> Outcome {
+pub async fn handle(shard: &Rc<Shard>, frame: Bytes, peer: &str) -> Outcome {
     let mut reader = Reader::new(frame);
     let request = match protocol::parse_header(&mut reader) {
         Ok(ParsedHeader::Supported(request)) => request,
@@ -60,7 +62,16 @@ pub async fn handle(shard: &Rc<Shard>, frame: Bytes) -> Outcome {
         ApiKey::IncrementalAlterConfigs => alter_configs::handle_incremental(shard, &request, &mut reader).await,
         ApiKey::InitProducerId => init_producer_id::handle(shard, &request, &mut reader).await,
         ApiKey::OffsetForLeaderEpoch => offset_for_leader_epoch::handle(shard, &request, &mut reader).await,
-        other => return Outcome::Close(format!("api {other:?} v{version} is not served")),
+        ApiKey::FindCoordinator => find_coordinator::handle(shard, &request, &mut reader),
+        ApiKey::JoinGroup => groups::join(shard, &request, &mut reader, peer).await,
+        ApiKey::SyncGroup => groups::sync(shard, &request, &mut reader).await,
+        ApiKey::Heartbeat => groups::heartbeat(shard, &request, &mut reader).await,
+        ApiKey::LeaveGroup => groups::leave(shard, &request, &mut reader).await,
+        ApiKey::OffsetCommit => groups::offset_commit(shard, &request, &mut reader).await,
+        ApiKey::OffsetFetch => groups::offset_fetch(shard, &request, &mut reader).await,
+        ApiKey::DescribeGroups => groups::describe(shard, &request, &mut reader).await,
+        ApiKey::ListGroups => groups::list(shard, &request, &mut reader).await,
+        ApiKey::DeleteGroups => groups::delete(shard, &request, &mut reader).await,
     };
     match result {
         Ok(outcome) => outcome,
