@@ -24,6 +24,49 @@ enum Command {
         #[command(subcommand)]
         command: TopicCommand,
     },
+    /// List, describe (with lag), delete consumer groups and reset their offsets (like kafka-consumer-groups).
+    Group {
+        #[command(subcommand)]
+        command: GroupCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum GroupCommand {
+    /// List every consumer group.
+    List {
+        #[command(flatten)]
+        broker: BrokerArg,
+    },
+    /// Show a group's state, members, committed offsets and lag.
+    Describe {
+        group: String,
+        #[command(flatten)]
+        broker: BrokerArg,
+    },
+    /// Delete an empty group and its committed offsets.
+    Delete {
+        group: String,
+        #[command(flatten)]
+        broker: BrokerArg,
+    },
+    /// Move an empty group's committed offsets for a topic.
+    ResetOffsets {
+        group: String,
+        #[arg(long)]
+        topic: String,
+        #[arg(long, conflicts_with_all = ["to_latest", "to_offset", "to_datetime"])]
+        to_earliest: bool,
+        #[arg(long, conflicts_with_all = ["to_offset", "to_datetime"])]
+        to_latest: bool,
+        #[arg(long, conflicts_with = "to_datetime")]
+        to_offset: Option<i64>,
+        /// Milliseconds since the Unix epoch.
+        #[arg(long)]
+        to_datetime: Option<i64>,
+        #[command(flatten)]
+        broker: BrokerArg,
+    },
 }
 
 /// Settings come from built-in defaults, then the TOML file (--config), then
@@ -203,6 +246,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(*args),
         Command::Topic { command } => topic(command),
+        Command::Group { command } => group(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -274,6 +318,48 @@ fn topic(command: TopicCommand) -> Result<(), String> {
             if let Some(count) = partitions {
                 check(admin.create_partitions(&name, count).map_err(fail)?)?;
                 println!("{name} now has {count} partitions");
+            }
+        }
+    }
+    Ok(())
+}
+
+fn group(command: GroupCommand) -> Result<(), String> {
+    use shardlog::client::groups::{GroupAdmin, ResetTarget};
+    let fail = |e: shardlog::client::groups::GroupAdminError| e.to_string();
+    match command {
+        GroupCommand::List { broker } => {
+            for group in GroupAdmin::connect(&broker.brokers).map_err(fail)?.list().map_err(fail)? {
+                println!("{}\t{}", group.group_id, group.protocol_type);
+            }
+        }
+        GroupCommand::Describe { group, broker } => {
+            let (described, lags) = GroupAdmin::connect(&broker.brokers).map_err(fail)?.describe(&group).map_err(fail)?;
+            println!("group {group}: state {} protocol {} {}", described.group_state, described.protocol_type, described.protocol_data);
+            for member in &described.members {
+                println!("  member {} client {} host {}", member.member_id, member.client_id, member.client_host);
+            }
+            println!("  {:<30} {:>9} {:>12} {:>12} {:>8}", "TOPIC", "PARTITION", "COMMITTED", "END", "LAG");
+            for p in lags {
+                let lag = p.lag().map_or("-".to_string(), |l| l.to_string());
+                println!("  {:<30} {:>9} {:>12} {:>12} {:>8}", p.topic, p.partition, p.committed, p.end, lag);
+            }
+        }
+        GroupCommand::Delete { group, broker } => {
+            GroupAdmin::connect(&broker.brokers).map_err(fail)?.delete(&group).map_err(fail)?;
+            println!("deleted group {group}");
+        }
+        GroupCommand::ResetOffsets { group, topic, to_earliest, to_latest, to_offset, to_datetime, broker } => {
+            let target = match (to_earliest, to_latest, to_offset, to_datetime) {
+                (true, _, _, _) => ResetTarget::Earliest,
+                (_, true, _, _) => ResetTarget::Latest,
+                (_, _, Some(offset), _) => ResetTarget::Offset(offset),
+                (_, _, _, Some(ms)) => ResetTarget::Timestamp(ms),
+                _ => return Err("say where to: --to-earliest, --to-latest, --to-offset N or --to-datetime MS".into()),
+            };
+            let moved = GroupAdmin::connect(&broker.brokers).map_err(fail)?.reset_offsets(&group, &topic, target).map_err(fail)?;
+            for (partition, offset) in moved {
+                println!("{topic}\t{partition}\t{offset}");
             }
         }
     }

@@ -114,6 +114,7 @@ impl Connection {
 }
 
 pub mod admin;
+pub mod groups;
 
 /// Decodes a response with a codec (`T::decode`).
 pub fn decode<T>(mut reader: Reader, version: i16, decode: impl FnOnce(&mut Reader, i16) -> Result<T, DecodeError>) -> Result<T, ClientError> {

@@ -1,0 +1,199 @@
+//! Consumer-group administration over the Kafka protocol (what
+//! `kafka-consumer-groups` does): list, describe with lag, delete, and reset
+//! committed offsets of an empty group.
+
+use std::time::Duration;
+
+use super::{decode, ClientError, Connection};
+use crate::protocol::delete_groups::{DeleteGroupsRequest, DeleteGroupsResponse};
+use crate::protocol::describe_groups::{DescribeGroupsRequest, DescribeGroupsResponse, DescribedGroup};
+use crate::protocol::find_coordinator::{FindCoordinatorRequest, FindCoordinatorResponse};
+use crate::protocol::list_groups::{ListGroupsRequest, ListGroupsResponse, ListedGroup};
+use crate::protocol::list_offsets::{ListOffsetsPartition, ListOffsetsRequest, ListOffsetsResponse, ListOffsetsTopic};
+use crate::protocol::metadata::{MetadataRequest, MetadataResponse};
+use crate::protocol::offset_commit::{OffsetCommitPartition, OffsetCommitRequest, OffsetCommitResponse, OffsetCommitTopic};
+use crate::protocol::offset_fetch::{OffsetFetchRequest, OffsetFetchResponse};
+use crate::protocol::{ApiKey, ErrorCode};
+
+/// One partition of a group's view: committed offset, end offset, lag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionLag {
+    pub topic: String,
+    pub partition: i32,
+    pub committed: i64,
+    pub end: i64,
+}
+
+impl PartitionLag {
+    pub fn lag(&self) -> Option<i64> {
+        (self.committed >= 0).then(|| (self.end - self.committed).max(0))
+    }
+}
+
+/// Where `reset-offsets` moves a group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResetTarget {
+    Earliest,
+    Latest,
+    Offset(i64),
+    /// The first offset at or after this time (ms since the epoch).
+    Timestamp(i64),
+}
+
+pub struct GroupAdmin {
+    bootstrap: Connection,
+    address: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GroupAdminError {
+    #[error("{0}")]
+    Client(#[from] ClientError),
+    #[error("{what}: {code:?}")]
+    Kafka { what: String, code: ErrorCode },
+}
+
+fn check(what: impl Into<String>, code: ErrorCode) -> Result<(), GroupAdminError> {
+    if code.is_ok() {
+        Ok(())
+    } else {
+        Err(GroupAdminError::Kafka { what: what.into(), code })
+    }
+}
+
+impl GroupAdmin {
+    pub fn connect(bootstrap: &str) -> Result<Self, GroupAdminError> {
+        Ok(Self { bootstrap: Connection::connect(bootstrap, Duration::from_secs(10))?, address: bootstrap.into() })
+    }
+
+    pub fn list(&mut self) -> Result<Vec<ListedGroup>, GroupAdminError> {
+        let reader = self.bootstrap.request(ApiKey::ListGroups, 2, |w| ListGroupsRequest {}.encode(w, 2))?;
+        let answer = decode(reader, 2, ListGroupsResponse::decode)?;
+        check("list groups", answer.error)?;
+        Ok(answer.groups)
+    }
+
+    /// A connection to the group's coordinator node.
+    fn coordinator(&mut self, group_id: &str) -> Result<Connection, GroupAdminError> {
+        let request = FindCoordinatorRequest { key: group_id.into(), key_type: 0 };
+        let reader = self.bootstrap.request(ApiKey::FindCoordinator, 2, |w| request.encode(w, 2))?;
+        let answer = decode(reader, 2, FindCoordinatorResponse::decode)?;
+        check(format!("find coordinator of {group_id}"), answer.error)?;
+        let host = if answer.host.is_empty() { self.address.rsplit_once(':').map_or("127.0.0.1", |(h, _)| h).to_string() } else { answer.host };
+        Ok(Connection::connect((host.as_str(), answer.port as u16), Duration::from_secs(10))?)
+    }
+
+    pub fn describe(&mut self, group_id: &str) -> Result<(DescribedGroup, Vec<PartitionLag>), GroupAdminError> {
+        let mut coordinator = self.coordinator(group_id)?;
+        let request = DescribeGroupsRequest { groups: vec![group_id.into()], include_authorized_operations: false };
+        let reader = coordinator.request(ApiKey::DescribeGroups, 4, |w| request.encode(w, 4))?;
+        let answer = decode(reader, 4, DescribeGroupsResponse::decode)?;
+        let group = answer.groups.into_iter().next().ok_or(GroupAdminError::Kafka {
+            what: format!("describe {group_id}"),
+            code: ErrorCode::UnknownServerError,
+        })?;
+        check(format!("describe {group_id}"), group.error)?;
+        let committed = self.committed(&mut coordinator, group_id)?;
+        Ok((group, committed))
+    }
+
+    fn committed(&mut self, coordinator: &mut Connection, group_id: &str) -> Result<Vec<PartitionLag>, GroupAdminError> {
+        let request = OffsetFetchRequest { group_id: group_id.into(), topics: None };
+        let reader = coordinator.request(ApiKey::OffsetFetch, 5, |w| request.encode(w, 5))?;
+        let answer = decode(reader, 5, OffsetFetchResponse::decode)?;
+        check(format!("fetch offsets of {group_id}"), answer.error)?;
+        let mut out = Vec::new();
+        for topic in answer.topics {
+            for p in topic.partitions {
+                out.push(PartitionLag { topic: topic.name.clone(), partition: p.partition_index, committed: p.committed_offset, end: -1 });
+            }
+        }
+        let ends = self.list_offsets(&out.iter().map(|p| (p.topic.clone(), p.partition)).collect::<Vec<_>>(), -1)?;
+        for (lag, end) in out.iter_mut().zip(ends) {
+            lag.end = end;
+        }
+        Ok(out)
+    }
+
+    /// ListOffsets for partitions (the broker routes each to its core).
+    fn list_offsets(&mut self, partitions: &[(String, i32)], timestamp: i64) -> Result<Vec<i64>, GroupAdminError> {
+        let request = ListOffsetsRequest {
+            replica_id: -1,
+            isolation_level: 0,
+            topics: partitions
+                .iter()
+                .map(|(topic, partition)| ListOffsetsTopic {
+                    name: topic.clone(),
+                    partitions: vec![ListOffsetsPartition { index: *partition, current_leader_epoch: -1, timestamp }],
+                })
+                .collect(),
+        };
+        let reader = self.bootstrap.request(ApiKey::ListOffsets, 5, |w| request.encode(w, 5))?;
+        let answer = decode(reader, 5, ListOffsetsResponse::decode)?;
+        Ok(answer.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.offset)).collect())
+    }
+
+    pub fn delete(&mut self, group_id: &str) -> Result<(), GroupAdminError> {
+        let mut coordinator = self.coordinator(group_id)?;
+        let request = DeleteGroupsRequest { groups_names: vec![group_id.into()] };
+        let reader = coordinator.request(ApiKey::DeleteGroups, 1, |w| request.encode(w, 1))?;
+        let answer = decode(reader, 1, DeleteGroupsResponse::decode)?;
+        for result in answer.results {
+            check(format!("delete {}", result.group_id), result.error)?;
+        }
+        Ok(())
+    }
+
+    /// Moves the committed offsets of every partition of `topic` (the group
+    /// must have no active members: the commit uses generation -1).
+    pub fn reset_offsets(&mut self, group_id: &str, topic: &str, target: ResetTarget) -> Result<Vec<(i32, i64)>, GroupAdminError> {
+        let request = MetadataRequest { topics: Some(vec![topic.into()]), allow_auto_topic_creation: false };
+        let reader = self.bootstrap.request(ApiKey::Metadata, 8, |w| request.encode(w, 8))?;
+        let metadata = decode(reader, 8, MetadataResponse::decode)?;
+        let info = metadata.topics.into_iter().next().ok_or(GroupAdminError::Kafka {
+            what: format!("metadata of {topic}"),
+            code: ErrorCode::UnknownTopicOrPartition,
+        })?;
+        check(format!("metadata of {topic}"), info.error)?;
+        let partitions: Vec<(String, i32)> = info.partitions.iter().map(|p| (topic.to_string(), p.index)).collect();
+        let offsets = match target {
+            ResetTarget::Earliest => self.list_offsets(&partitions, -2)?,
+            ResetTarget::Latest => self.list_offsets(&partitions, -1)?,
+            ResetTarget::Offset(offset) => vec![offset; partitions.len()],
+            ResetTarget::Timestamp(ms) => {
+                let found = self.list_offsets(&partitions, ms)?;
+                let latest = self.list_offsets(&partitions, -1)?;
+                found.into_iter().zip(latest).map(|(f, l)| if f < 0 { l } else { f }).collect()
+            }
+        };
+        let mut coordinator = self.coordinator(group_id)?;
+        let request = OffsetCommitRequest {
+            group_id: group_id.into(),
+            generation_id: -1,
+            member_id: String::new(),
+            group_instance_id: None,
+            retention_time_ms: -1,
+            topics: vec![OffsetCommitTopic {
+                name: topic.into(),
+                partitions: partitions
+                    .iter()
+                    .zip(&offsets)
+                    .map(|((_, partition), offset)| OffsetCommitPartition {
+                        partition_index: *partition,
+                        committed_offset: *offset,
+                        committed_leader_epoch: -1,
+                        committed_metadata: None,
+                    })
+                    .collect(),
+            }],
+        };
+        let reader = coordinator.request(ApiKey::OffsetCommit, 7, |w| request.encode(w, 7))?;
+        let answer = decode(reader, 7, OffsetCommitResponse::decode)?;
+        for topic in &answer.topics {
+            for p in &topic.partitions {
+                check(format!("commit {topic}-{}", p.partition_index, topic = topic.name), p.error)?;
+            }
+        }
+        Ok(partitions.into_iter().map(|(_, p)| p).zip(offsets).collect())
+    }
+}
