@@ -1,0 +1,146 @@
+//! Consumer groups through a real broker process: coordinator placement,
+//! committed offsets that survive restarts, the offsets log staying bounded,
+//! and the group admin commands.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use shardlog::client::groups::{GroupAdmin, ResetTarget};
+use shardlog::client::Connection;
+use shardlog::protocol::find_coordinator::{FindCoordinatorRequest, FindCoordinatorResponse};
+use shardlog::protocol::heartbeat::{HeartbeatRequest, HeartbeatResponse};
+use shardlog::protocol::offset_commit::{OffsetCommitPartition, OffsetCommitRequest, OffsetCommitResponse, OffsetCommitTopic};
+use shardlog::protocol::offset_fetch::{OffsetFetchRequest, OffsetFetchResponse, OffsetFetchTopic};
+use shardlog::protocol::{ApiKey, ErrorCode};
+
+fn coordinator(broker: &Broker, group: &str) -> FindCoordinatorResponse {
+    let mut conn = broker.connect();
+    let request = FindCoordinatorRequest { key: group.into(), key_type: 0 };
+    let reader = conn.request(ApiKey::FindCoordinator, 2, |w| request.encode(w, 2)).unwrap();
+    shardlog::client::decode(reader, 2, FindCoordinatorResponse::decode).unwrap()
+}
+
+fn commit(conn: &mut Connection, group: &str, topic: &str, offsets: &[(i32, i64)]) -> OffsetCommitResponse {
+    let request = OffsetCommitRequest {
+        group_id: group.into(),
+        generation_id: -1,
+        member_id: String::new(),
+        group_instance_id: None,
+        retention_time_ms: -1,
+        topics: vec![OffsetCommitTopic {
+            name: topic.into(),
+            partitions: offsets
+                .iter()
+                .map(|(p, o)| OffsetCommitPartition {
+                    partition_index: *p,
+                    committed_offset: *o,
+                    committed_leader_epoch: -1,
+                    committed_metadata: Some("m".into()),
+                })
+                .collect(),
+        }],
+    };
+    let reader = conn.request(ApiKey::OffsetCommit, 7, |w| request.encode(w, 7)).unwrap();
+    shardlog::client::decode(reader, 7, OffsetCommitResponse::decode).unwrap()
+}
+
+fn committed(conn: &mut Connection, group: &str, topic: &str, partitions: &[i32]) -> Vec<i64> {
+    let request = OffsetFetchRequest {
+        group_id: group.into(),
+        topics: Some(vec![OffsetFetchTopic { name: topic.into(), partition_indexes: partitions.to_vec() }]),
+    };
+    let reader = conn.request(ApiKey::OffsetFetch, 5, |w| request.encode(w, 5)).unwrap();
+    let answer = shardlog::client::decode(reader, 5, OffsetFetchResponse::decode).unwrap();
+    assert_eq!(answer.error, ErrorCode::None);
+    answer.topics[0].partitions.iter().map(|p| p.committed_offset).collect()
+}
+
+#[test]
+fn each_group_has_one_coordinator_core_and_others_answer_not_coordinator() {
+    let broker = Broker::start(2, &[]);
+    let mut seen_ports = std::collections::BTreeSet::new();
+    for i in 0..16 {
+        let group = format!("group-{i}");
+        let found = coordinator(&broker, &group);
+        assert_eq!(found.error, ErrorCode::None);
+        seen_ports.insert(found.port);
+        let wrong_port = if found.port as u16 == broker.port { broker.port + 1 } else { broker.port };
+        let mut wrong = broker.connect_port(wrong_port);
+        let request = HeartbeatRequest { group_id: group.clone(), generation_id: 1, member_id: "m".into(), group_instance_id: None };
+        let reader = wrong.request(ApiKey::Heartbeat, 3, |w| request.encode(w, 3)).unwrap();
+        let answer = shardlog::client::decode(reader, 3, HeartbeatResponse::decode).unwrap();
+        assert_eq!(answer.error, ErrorCode::NotCoordinator);
+    }
+    assert_eq!(seen_ports.len(), 2, "groups spread over both cores");
+}
+
+#[test]
+fn committed_offsets_survive_clean_restart_and_kill_nine() {
+    let mut broker = Broker::start(2, &[]);
+    create_topic(&broker, "orders", 3, &[]);
+    let found = coordinator(&broker, "billing");
+    let mut conn = broker.connect_port(found.port as u16);
+    let answer = commit(&mut conn, "billing", "orders", &[(0, 5), (1, 7), (2, 9)]);
+    assert!(answer.topics[0].partitions.iter().all(|p| p.error == ErrorCode::None));
+    let unknown = commit(&mut conn, "billing", "no-such-topic", &[(0, 1)]);
+    assert_eq!(unknown.topics[0].partitions[0].error, ErrorCode::UnknownTopicOrPartition);
+    assert_eq!(committed(&mut conn, "billing", "orders", &[0, 1, 2, 3]), vec![5, 7, 9, -1]);
+    broker.restart();
+    let mut conn = broker.connect_port(found.port as u16);
+    assert_eq!(committed(&mut conn, "billing", "orders", &[0, 1, 2]), vec![5, 7, 9]);
+    commit(&mut conn, "billing", "orders", &[(0, 6)]);
+    broker.kill();
+    broker.spawn();
+    let mut conn = broker.connect_port(found.port as u16);
+    assert_eq!(committed(&mut conn, "billing", "orders", &[0, 1, 2]), vec![6, 7, 9]);
+    let mut nobody = broker.connect_port(coordinator(&broker, "nobody").port as u16);
+    assert_eq!(committed(&mut nobody, "nobody", "orders", &[0]), vec![-1], "unknown group answers -1");
+}
+
+#[test]
+fn offsets_log_is_compacted_and_stays_bounded() {
+    let mut broker = Broker::start(1, &[]);
+    create_topic(&broker, "busy", 1, &[]);
+    let mut conn = broker.connect();
+    // 60,000 commits of the same partition: far past the compaction slack.
+    for round in 0..600 {
+        let offsets: Vec<(i32, i64)> = (0..100).map(|i| (0, (round * 100 + i) as i64)).collect();
+        commit(&mut conn, "churn", "busy", &offsets);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let dir = broker.data_dir().join("__groups").join("core-0");
+    let start: i64 = std::fs::read_to_string(dir.join("log-start")).expect("compaction moved the log start").trim().parse().unwrap();
+    assert!(start > 0);
+    broker.restart();
+    let mut conn = broker.connect();
+    assert_eq!(committed(&mut conn, "churn", "busy", &[0]), vec![59_999]);
+}
+
+#[test]
+fn group_admin_resets_and_deletes_an_empty_group() {
+    let broker = Broker::start(2, &[]);
+    create_topic(&broker, "events", 2, &[]);
+    let mut producer = broker.connect();
+    for partition in 0..2 {
+        for _ in 0..3 {
+            produce(&mut producer, "events", partition, batch("e", 2), 1);
+        }
+    }
+    let found = coordinator(&broker, "readers");
+    let mut conn = broker.connect_port(found.port as u16);
+    commit(&mut conn, "readers", "events", &[(0, 2), (1, 4)]);
+    let mut admin = GroupAdmin::connect(&broker.bootstrap()).unwrap();
+    assert!(admin.list().unwrap().iter().any(|g| g.group_id == "readers"));
+    let (group, lags) = admin.describe("readers").unwrap();
+    assert_eq!(group.group_state, "Empty");
+    let lag: Vec<Option<i64>> = lags.iter().map(|l| l.lag()).collect();
+    assert_eq!(lag, vec![Some(4), Some(2)]);
+    assert_eq!(admin.reset_offsets("readers", "events", ResetTarget::Latest).unwrap(), vec![(0, 6), (1, 6)]);
+    assert_eq!(admin.reset_offsets("readers", "events", ResetTarget::Earliest).unwrap(), vec![(0, 0), (1, 0)]);
+    assert_eq!(committed(&mut conn, "readers", "events", &[0, 1]), vec![0, 0]);
+    admin.delete("readers").unwrap();
+    assert!(!admin.list().unwrap().iter().any(|g| g.group_id == "readers"));
+    assert_eq!(committed(&mut conn, "readers", "events", &[0]), vec![-1]);
+}
