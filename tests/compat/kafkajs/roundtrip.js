@@ -1,0 +1,143 @@
+#!/usr/bin/env node
+// kafkajs driver for shardlog's compatibility tests (tests/compat/test_kafkajs.py).
+//
+//   node roundtrip.js produce SPEC.json OUT.json
+//     SPEC: {brokers, topic, acks, idempotent, compression ("none"|"gzip"),
+//            sendSize, records: [{key, value, headers: [[name, value], ...]}]}
+//            (keys and values base64). Sends the records in order, `sendSize`
+//            per awaited send() call, with the Java-compatible default partitioner.
+//     OUT:  {sent, metadata: [RecordMetadata...]} (one list entry per send call).
+//
+//   node roundtrip.js admin SPEC.json OUT.json
+//     SPEC: {brokers, topic, partitions}
+//     Creates the topic (with retention.ms=3600000), lists topics, fetches its
+//     metadata, describes its configs, fetches its offsets, deletes it and
+//     lists again; OUT has every answer for the Python side to check.
+//
+// kafkajs has no manual-assignment consumer (its consumer needs groups), so
+// the Python side reads the produced records back with confluent-kafka.
+
+'use strict';
+
+const fs = require('fs');
+const { Kafka, logLevel, Partitioners, CompressionTypes, ConfigResourceTypes } = require('kafkajs');
+
+function client(spec) {
+  return new Kafka({
+    clientId: 'shardlog-compat-kafkajs',
+    brokers: spec.brokers,
+    logLevel: logLevel.WARN,
+    connectionTimeout: 5000,
+    requestTimeout: 30000,
+    retry: { retries: 8, initialRetryTime: 100, maxRetryTime: 2000 },
+  });
+}
+
+function toMessage(r) {
+  const headers = {};
+  for (const [name, value] of r.headers) {
+    const v = Buffer.from(value, 'base64');
+    if (name in headers) {
+      headers[name] = [].concat(headers[name], [v]);
+    } else {
+      headers[name] = v;
+    }
+  }
+  return { key: Buffer.from(r.key, 'base64'), value: Buffer.from(r.value, 'base64'), headers };
+}
+
+const COMPRESSION = {
+  none: CompressionTypes.None,
+  gzip: CompressionTypes.GZIP,
+};
+
+async function produce(spec) {
+  const kafka = client(spec);
+  const options = { createPartitioner: Partitioners.DefaultPartitioner, allowAutoTopicCreation: false };
+  if (spec.idempotent) {
+    Object.assign(options, { idempotent: true, maxInFlightRequests: 1 });
+  }
+  const producer = kafka.producer(options);
+  await producer.connect();
+  const compression = COMPRESSION[spec.compression || 'none'];
+  if (compression === undefined) throw new Error(`unsupported compression ${spec.compression}`);
+  const messages = spec.records.map(toMessage);
+  const metadata = [];
+  let sent = 0;
+  try {
+    for (let i = 0; i < messages.length; i += spec.sendSize) {
+      const chunk = messages.slice(i, i + spec.sendSize);
+      const md = await producer.send({ topic: spec.topic, acks: spec.acks, compression, messages: chunk });
+      metadata.push(md);
+      sent += chunk.length;
+    }
+  } finally {
+    await producer.disconnect();
+  }
+  return { sent, metadata };
+}
+
+async function admin(spec) {
+  const kafka = client(spec);
+  const a = kafka.admin();
+  await a.connect();
+  const out = {};
+  try {
+    out.created = await a.createTopics({
+      waitForLeaders: true,
+      topics: [{ topic: spec.topic, numPartitions: spec.partitions, replicationFactor: 1,
+                 configEntries: [{ name: 'retention.ms', value: '3600000' }] }],
+    });
+    out.createdAgain = await a.createTopics({ topics: [{ topic: spec.topic, numPartitions: 1 }] });
+    out.listed = await a.listTopics();
+    out.metadata = await a.fetchTopicMetadata({ topics: [spec.topic] });
+    out.cluster = await a.describeCluster();
+    out.configs = await a.describeConfigs({
+      includeSynonyms: false,
+      resources: [{ type: ConfigResourceTypes.TOPIC, name: spec.topic }],
+    });
+    await a.alterConfigs({
+      validateOnly: false,
+      resources: [{ type: ConfigResourceTypes.TOPIC, name: spec.topic,
+                    configEntries: [{ name: 'retention.ms', value: '7200000' }] }],
+    });
+    out.configsAfterAlter = await a.describeConfigs({
+      includeSynonyms: false,
+      resources: [{ type: ConfigResourceTypes.TOPIC, name: spec.topic, configNames: ['retention.ms'] }],
+    });
+    out.offsets = await a.fetchTopicOffsets(spec.topic);
+    await a.createPartitions({ topicPartitions: [{ topic: spec.topic, count: spec.partitions + 2 }] });
+    out.metadataAfterGrow = await a.fetchTopicMetadata({ topics: [spec.topic] });
+    await a.deleteTopics({ topics: [spec.topic], timeout: 10000 });
+    const deadline = Date.now() + 10000;
+    do {
+      out.listedAfterDelete = await a.listTopics();
+      if (!out.listedAfterDelete.includes(spec.topic)) break;
+      await new Promise((r) => setTimeout(r, 100));
+    } while (Date.now() < deadline);
+  } finally {
+    await a.disconnect();
+  }
+  return out;
+}
+
+async function main() {
+  const [command, specPath, outPath] = process.argv.slice(2);
+  if (!command || !specPath || !outPath) {
+    throw new Error('usage: roundtrip.js produce|admin SPEC.json OUT.json');
+  }
+  const spec = JSON.parse(fs.readFileSync(specPath, 'utf8'));
+  let out;
+  if (command === 'produce') out = await produce(spec);
+  else if (command === 'admin') out = await admin(spec);
+  else throw new Error(`unknown command ${command}`);
+  fs.writeFileSync(outPath, JSON.stringify(out, null, 1));
+}
+
+main().then(
+  () => process.exit(0),
+  (err) => {
+    console.error(err && err.stack ? err.stack : err);
+    process.exit(1);
+  },
+);
