@@ -242,19 +242,34 @@ impl GroupCoordinator {
             .get(&(topic.to_owned(), partition))
     }
 
-    /// Every committed offset, as records that rebuild the current state
-    /// when replayed on their own (used to compact the offsets log).
-    pub fn all_offsets(&self) -> Vec<OffsetRecord> {
-        let mut out = Vec::new();
+    /// Every committed offset as records that rebuild the state on their own,
+    /// including commits appended to the log but not yet reported durable
+    /// (they precede the snapshot in the log, so it must not undo them).
+    /// None while a group deletion is being written: try again later.
+    pub fn snapshot_offsets(&self) -> Option<Vec<OffsetRecord>> {
+        let mut offsets: std::collections::BTreeMap<OffsetKey, CommittedOffset> = std::collections::BTreeMap::new();
         for group in self.groups.values() {
             for ((topic, partition), value) in &group.offsets {
-                out.push(OffsetRecord {
-                    key: OffsetKey { group_id: group.group_id.clone(), topic: topic.clone(), partition: *partition },
-                    value: Some(value.clone()),
-                });
+                let key = OffsetKey { group_id: group.group_id.clone(), topic: topic.clone(), partition: *partition };
+                offsets.insert(key, value.clone());
             }
         }
-        out
+        let mut pending: Vec<(&PersistId, &PendingWrite)> = self.pending_writes.iter().collect();
+        pending.sort_by_key(|(id, _)| id.0);
+        for (_, write) in pending {
+            match write {
+                PendingWrite::Commit { records, .. } => {
+                    for record in records {
+                        match &record.value {
+                            Some(value) => offsets.insert(record.key.clone(), value.clone()),
+                            None => offsets.remove(&record.key),
+                        };
+                    }
+                }
+                PendingWrite::Delete { .. } => return None,
+            }
+        }
+        Some(offsets.into_iter().map(|(key, value)| OffsetRecord { key, value: Some(value) }).collect())
     }
 
     pub fn group_count(&self) -> usize {

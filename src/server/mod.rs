@@ -129,6 +129,21 @@ fn wait_for_signal() {
     }
 }
 
+/// After a kill -9 the previous process's listening socket can outlive it
+/// for a moment (io_uring tears down asynchronously); retry a busy port for
+/// a few seconds before giving up.
+async fn bind_with_retry(address: SocketAddr, mode: ListenerMode) -> std::io::Result<glommio::net::TcpListener> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match listener::bind(address, mode) {
+            Err(err) if err.kind() == std::io::ErrorKind::AddrInUse && std::time::Instant::now() < deadline => {
+                glommio::timer::sleep(Duration::from_millis(100)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 async fn run_core(
     core: usize,
     config: Arc<ServeConfig>,
@@ -147,7 +162,7 @@ async fn run_core(
         return;
     }
     let port = config.port + if config.listener == ListenerMode::PerCore { core as u16 } else { 0 };
-    let listener = match listener::bind(SocketAddr::new(config.host, port), config.listener) {
+    let listener = match bind_with_retry(SocketAddr::new(config.host, port), config.listener).await {
         Ok(listener) => listener,
         Err(err) => {
             let _ = ready.send(Err(format!("core {core}: cannot listen on {}:{port}: {err}", config.host)));

@@ -194,7 +194,7 @@ impl GroupService {
         if self.compacting.get() {
             return Ok(());
         }
-        let live = self.coordinator.borrow().all_offsets();
+        let Some(live) = self.coordinator.borrow().snapshot_offsets() else { return Ok(()) };
         let held = self.log.log_end_offset() - self.log.log_start_offset();
         if held < live.len() as i64 + COMPACT_SLACK_RECORDS {
             return Ok(());

@@ -75,7 +75,7 @@ impl Broker {
         self.wait_ready();
     }
 
-    fn wait_ready(&self) {
+    fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(20);
         let ports = if self.args.iter().any(|a| a == "shared") { 1 } else { self.cores };
         for core in 0..ports {
@@ -87,6 +87,7 @@ impl Broker {
                 if answered.is_ok() {
                     break;
                 }
+                assert!(self.alive(), "broker exited during start");
                 assert!(Instant::now() < deadline, "broker did not start listening");
                 std::thread::sleep(Duration::from_millis(20));
             }
