@@ -88,6 +88,17 @@ pub struct ServeConfig {
     pub node_id_base: i32,
     pub auto_create_topics: bool,
     pub request_bytes_max: usize,
+    /// Bytes of requests being read or served per core; readers wait when
+    /// it is spent, so producers slow down instead of exhausting memory.
+    pub in_flight_bytes_max: usize,
+    /// Open client connections, all cores together.
+    pub connections_max: usize,
+    /// Open client connections from one IP address, all cores together.
+    pub connections_per_ip_max: usize,
+    /// A connection with no request for this long is closed.
+    pub idle_timeout_ms: u64,
+    /// A request must arrive whole within this long once it has begun.
+    pub request_read_timeout_ms: u64,
     pub io_memory_bytes: usize,
     /// Pin each executor to its core.
     pub pin: bool,
@@ -108,6 +119,11 @@ impl Default for ServeConfig {
             node_id_base: 0,
             auto_create_topics: true,
             request_bytes_max: constants::REQUEST_BYTES_MAX_DEFAULT,
+            in_flight_bytes_max: constants::IN_FLIGHT_BYTES_MAX_DEFAULT,
+            connections_max: constants::CONNECTIONS_MAX_DEFAULT,
+            connections_per_ip_max: constants::CONNECTIONS_PER_IP_MAX_DEFAULT,
+            idle_timeout_ms: 600_000,
+            request_read_timeout_ms: 30_000,
             io_memory_bytes: constants::IO_MEMORY_BYTES_DEFAULT,
             pin: true,
             log_level: "info".into(),
@@ -156,6 +172,15 @@ impl ServeConfig {
         }
         if self.request_bytes_max < 1024 || self.request_bytes_max > i32::MAX as usize {
             return invalid("request-bytes-max", self.request_bytes_max.to_string(), "must be 1 KiB .. 2 GiB");
+        }
+        if self.in_flight_bytes_max < self.request_bytes_max {
+            return invalid("in-flight-bytes-max", self.in_flight_bytes_max.to_string(), "must be at least request-bytes-max");
+        }
+        if self.connections_max == 0 || self.connections_per_ip_max == 0 {
+            return invalid("connections-max", self.connections_max.to_string(), "limits must be positive");
+        }
+        if self.idle_timeout_ms == 0 || self.request_read_timeout_ms == 0 {
+            return invalid("idle-timeout-ms", self.idle_timeout_ms.to_string(), "timeouts must be positive");
         }
         if self.io_memory_bytes < 64 * 1024 {
             return invalid("io-memory-bytes", self.io_memory_bytes.to_string(), "at least 64 KiB");

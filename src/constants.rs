@@ -2,6 +2,12 @@
 
 /// Largest request frame accepted (`socket.request.max.bytes`).
 pub const REQUEST_BYTES_MAX_DEFAULT: usize = 100 * 1024 * 1024;
+/// Bytes of requests in flight per core (read, being served, or waiting to
+/// be answered); at least one largest request must fit.
+pub const IN_FLIGHT_BYTES_MAX_DEFAULT: usize = 256 * 1024 * 1024;
+/// Client connections per node, and per client IP.
+pub const CONNECTIONS_MAX_DEFAULT: usize = 50_000;
+pub const CONNECTIONS_PER_IP_MAX_DEFAULT: usize = 10_000;
 /// Requests read ahead on one connection while earlier ones are in flight.
 pub const CONNECTION_IN_FLIGHT_MAX: usize = 64;
 /// Cross-core inbox depth per core.
@@ -26,3 +32,5 @@ const _: () = assert!(CONNECTION_IN_FLIGHT_MAX >= 5, "idempotent producers pipel
 const _: () = assert!(PRODUCER_BATCHES_REMEMBERED == 5);
 const _: () = assert!(IO_MEMORY_BYTES_DEFAULT * 8 <= 8 * 1024 * 1024, "8 cores fit in an 8 MiB memlock limit");
 const _: () = assert!(REQUEST_BYTES_MAX_DEFAULT <= i32::MAX as usize);
+const _: () = assert!(IN_FLIGHT_BYTES_MAX_DEFAULT >= REQUEST_BYTES_MAX_DEFAULT);
+const _: () = assert!(CONNECTIONS_PER_IP_MAX_DEFAULT <= CONNECTIONS_MAX_DEFAULT);

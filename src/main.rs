@@ -103,6 +103,21 @@ struct ServeArgs {
     /// Largest request frame in bytes (socket.request.max.bytes) [default: 104857600].
     #[arg(long, env = "SHARDLOG_REQUEST_BYTES_MAX")]
     request_bytes_max: Option<usize>,
+    /// Bytes of requests in flight per core before readers wait [default: 268435456].
+    #[arg(long, env = "SHARDLOG_IN_FLIGHT_BYTES_MAX")]
+    in_flight_bytes_max: Option<usize>,
+    /// Open client connections, whole node [default: 50000].
+    #[arg(long, env = "SHARDLOG_CONNECTIONS_MAX")]
+    connections_max: Option<usize>,
+    /// Open client connections from one IP address [default: 10000].
+    #[arg(long, env = "SHARDLOG_CONNECTIONS_PER_IP_MAX")]
+    connections_per_ip_max: Option<usize>,
+    /// Close connections idle this long (connections.max.idle.ms) [default: 600000].
+    #[arg(long, env = "SHARDLOG_IDLE_TIMEOUT_MS")]
+    idle_timeout_ms: Option<u64>,
+    /// Close a connection whose started request does not arrive whole within this long [default: 30000].
+    #[arg(long, env = "SHARDLOG_REQUEST_READ_TIMEOUT_MS")]
+    request_read_timeout_ms: Option<u64>,
     /// glommio registered I/O memory per core in bytes (mind RLIMIT_MEMLOCK) [default: 524288].
     #[arg(long, env = "SHARDLOG_IO_MEMORY_BYTES")]
     io_memory_bytes: Option<usize>,
@@ -164,6 +179,11 @@ impl ServeArgs {
             node_id_base => config.node_id_base,
             auto_create_topics => config.auto_create_topics,
             request_bytes_max => config.request_bytes_max,
+            in_flight_bytes_max => config.in_flight_bytes_max,
+            connections_max => config.connections_max,
+            connections_per_ip_max => config.connections_per_ip_max,
+            idle_timeout_ms => config.idle_timeout_ms,
+            request_read_timeout_ms => config.request_read_timeout_ms,
             io_memory_bytes => config.io_memory_bytes,
             pin => config.pin,
             log_level => config.log_level,

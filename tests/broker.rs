@@ -405,7 +405,12 @@ fn closed_after(broker: &Broker, raw: &[u8]) -> bool {
         return true;
     }
     let mut buf = [0u8; 64];
-    matches!(conn.read(&mut buf), Ok(0) | Err(_))
+    match conn.read(&mut buf) {
+        Ok(0) => true,
+        Ok(_) => false,
+        // A timeout means the connection stayed open.
+        Err(e) => !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+    }
 }
 
 fn frame(header_and_body: &[u8]) -> Vec<u8> {

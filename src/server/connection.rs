@@ -7,6 +7,7 @@
 //! order of the requests as well.
 
 use std::rc::Rc;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
@@ -23,14 +24,15 @@ const COALESCE_BYTES_MAX: usize = 64 * 1024;
 /// Smallest frame that can hold a request header.
 const FRAME_BYTES_MIN: usize = 8;
 
-pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
+pub async fn serve(shard: Rc<Shard>, stream: TcpStream, _slot: super::limits::ConnectionSlot) {
     let _ = stream.set_nodelay(true);
     let peer: Rc<str> = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default().into();
     let (mut reader, mut writer) = futures_lite::io::split(stream);
-    let (queue, responses) = local_channel::new_bounded::<glommio::Task<handlers::Outcome>>(CONNECTION_IN_FLIGHT_MAX);
+    type InFlight = (glommio::Task<handlers::Outcome>, glommio::sync::StaticPermit);
+    let (queue, responses) = local_channel::new_bounded::<InFlight>(CONNECTION_IN_FLIGHT_MAX);
     let writer_shard = shard.clone();
     let writer_task = glommio::spawn_local(async move {
-        while let Some(task) = responses.recv().await {
+        while let Some((task, permit)) = responses.recv().await {
             let response = task.await;
             let result = match response {
                 handlers::Outcome::Respond(chunks) => write_frame(&mut writer, chunks).await,
@@ -41,19 +43,19 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
                 }
             };
             writer_shard.in_flight_requests.set(writer_shard.in_flight_requests.get() - 1);
+            drop(permit);
             if result.is_err() {
                 break;
             }
         }
         let _ = writer.close().await;
     });
-    let request_bytes_max = shard.config.request_bytes_max;
     loop {
         if shard.shutting_down.get() {
             break;
         }
-        let frame = match read_frame(&mut reader, request_bytes_max).await {
-            Ok(Some(frame)) => frame,
+        let (frame, permit) = match read_frame(&shard, &mut reader).await {
+            Ok(Some(read)) => read,
             Ok(None) => break,
             Err(reason) => {
                 tracing::debug!(%peer, %reason, "closing connection");
@@ -64,7 +66,7 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
         let task_shard = shard.clone();
         let task_peer = peer.clone();
         let task = glommio::spawn_local(async move { handlers::handle(&task_shard, frame, &task_peer).await });
-        if queue.send(task).await.is_err() {
+        if queue.send((task, permit)).await.is_err() {
             break;
         }
     }
@@ -72,21 +74,43 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
     writer_task.await;
 }
 
-/// Reads one frame; `Ok(None)` on a clean end of stream.
-async fn read_frame<R: futures_lite::AsyncRead + Unpin>(reader: &mut R, request_bytes_max: usize) -> Result<Option<Bytes>, String> {
+/// Reads one frame; `Ok(None)` on a clean end of stream. Waits up to the
+/// idle timeout for a request to begin, takes its size from the core's
+/// in-flight budget (waiting while the budget is spent), then allows the
+/// request-read timeout for the rest to arrive.
+async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
+    shard: &Rc<Shard>,
+    reader: &mut R,
+) -> Result<Option<(Bytes, glommio::sync::StaticPermit)>, String> {
+    let config = &shard.config;
     let mut size = [0u8; 4];
-    match reader.read_exact(&mut size).await {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e.to_string()),
+    let idle = Duration::from_millis(config.idle_timeout_ms);
+    match with_timeout(idle, reader.read_exact(&mut size)).await {
+        Some(Ok(())) => {}
+        Some(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Some(Err(e)) => return Err(e.to_string()),
+        None => return Err("idle timeout".into()),
     }
     let size = i32::from_be_bytes(size);
-    if size < FRAME_BYTES_MIN as i32 || size as usize > request_bytes_max {
-        return Err(format!("frame size {size} outside {FRAME_BYTES_MIN}..={request_bytes_max}"));
+    if size < FRAME_BYTES_MIN as i32 || size as usize > config.request_bytes_max {
+        return Err(format!("frame size {size} outside {FRAME_BYTES_MIN}..={}", config.request_bytes_max));
     }
+    let permit = shard.in_flight_budget.acquire_static_permit(size as u64).await.map_err(|e| e.to_string())?;
     let mut frame = BytesMut::zeroed(size as usize);
-    reader.read_exact(&mut frame).await.map_err(|e| e.to_string())?;
-    Ok(Some(frame.freeze()))
+    let read_timeout = Duration::from_millis(config.request_read_timeout_ms);
+    match with_timeout(read_timeout, reader.read_exact(&mut frame)).await {
+        Some(Ok(())) => Ok(Some((frame.freeze(), permit))),
+        Some(Err(e)) => Err(e.to_string()),
+        None => Err("request read timeout".into()),
+    }
+}
+
+async fn with_timeout<T>(limit: Duration, work: impl std::future::Future<Output = T>) -> Option<T> {
+    futures_lite::future::or(async { Some(work.await) }, async {
+        glommio::timer::sleep(limit).await;
+        None
+    })
+    .await
 }
 
 async fn write_frame<W: futures_lite::AsyncWrite + Unpin>(writer: &mut W, chunks: Vec<Bytes>) -> std::io::Result<()> {

@@ -26,7 +26,7 @@ pub fn bind(address: SocketAddr, mode: ListenerMode) -> std::io::Result<TcpListe
 }
 
 /// Accepts connections until shutdown, serving each on this core.
-pub async fn run(shard: Rc<Shard>, listener: TcpListener) {
+pub async fn run(shard: Rc<Shard>, listener: TcpListener, limits: std::sync::Arc<super::limits::ConnectionLimits>) {
     loop {
         let shutdown = shard.shutdown_event.listen();
         if shard.shutting_down.get() {
@@ -39,7 +39,19 @@ pub async fn run(shard: Rc<Shard>, listener: TcpListener) {
         .await;
         match accepted {
             Some(Ok(stream)) => {
-                glommio::spawn_local(super::connection::serve(shard.clone(), stream)).detach();
+                let ip = match stream.peer_addr() {
+                    Ok(address) => address.ip(),
+                    Err(_) => continue,
+                };
+                match limits.admit(ip) {
+                    Ok(slot) => {
+                        glommio::spawn_local(super::connection::serve(shard.clone(), stream, slot)).detach();
+                    }
+                    Err(reason) => {
+                        tracing::warn!(%ip, reason, "connection refused");
+                        let _ = stream.shutdown(std::net::Shutdown::Both).await;
+                    }
+                }
             }
             Some(Err(err)) => {
                 tracing::warn!(error = %err, "accept failed");

@@ -3,6 +3,7 @@
 
 pub mod connection;
 pub mod handlers;
+pub mod limits;
 pub mod listener;
 
 use std::net::SocketAddr;
@@ -59,16 +60,17 @@ pub fn serve(config: ServeConfig) -> Result<(), ServeError> {
     let cores = config.core_count();
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..cores).map(|_| flume::bounded::<ShardMessage>(constants::INBOX_DEPTH)).unzip();
     let (ready_tx, ready_rx) = flume::unbounded::<Result<usize, String>>();
+    let limits = limits::ConnectionLimits::new(config.connections_max, config.connections_per_ip_max);
     let mut handles = Vec::with_capacity(cores);
     let online = std::thread::available_parallelism().map_or(1, |n| n.get());
     for (core, inbox) in receivers.into_iter().enumerate() {
         let placement = if config.pin && cores <= online { Placement::Fixed(core) } else { Placement::Unbound };
-        let (config, image, senders, ready) = (config.clone(), image.clone(), senders.clone(), ready_tx.clone());
+        let (config, image, senders, ready, limits) = (config.clone(), image.clone(), senders.clone(), ready_tx.clone(), limits.clone());
         let handle = LocalExecutorBuilder::new(placement)
             .name(&format!("shardlog-core-{core}"))
             .io_memory(config.io_memory_bytes)
             .spin_before_park(Duration::from_micros(0))
-            .spawn(move || run_core(core, config, image, senders, inbox, ready))
+            .spawn(move || run_core(CoreStart { core, config, image, senders, inbox, ready, limits }))
             .map_err(|e| ServeError::Core { core, message: e.to_string() })?;
         handles.push(handle);
     }
@@ -144,14 +146,19 @@ async fn bind_with_retry(address: SocketAddr, mode: ListenerMode) -> std::io::Re
     }
 }
 
-async fn run_core(
+/// What a core needs to start.
+struct CoreStart {
     core: usize,
     config: Arc<ServeConfig>,
     image: Arc<MetadataImage>,
     senders: Vec<flume::Sender<ShardMessage>>,
     inbox: flume::Receiver<ShardMessage>,
     ready: flume::Sender<Result<usize, String>>,
-) {
+    limits: Arc<limits::ConnectionLimits>,
+}
+
+async fn run_core(start: CoreStart) {
+    let CoreStart { core, config, image, senders, inbox, ready, limits } = start;
     let shard = Shard::new(ShardId(core as u32), config.clone(), image.clone(), senders);
     if let Err(err) = shard.apply_image(image).await {
         let _ = ready.send(Err(format!("core {core}: opening partitions failed: {err}")));
@@ -172,6 +179,6 @@ async fn run_core(
     glommio::spawn_local(shard.clone().run_maintenance()).detach();
     let inbox_task = glommio::spawn_local(shard.clone().run_inbox(inbox));
     let _ = ready.send(Ok(core));
-    listener::run(shard.clone(), listener).await;
+    listener::run(shard.clone(), listener, limits).await;
     inbox_task.await;
 }

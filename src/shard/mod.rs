@@ -93,6 +93,8 @@ pub struct Shard {
     pub shutting_down: Cell<bool>,
     pub shutdown_event: Event,
     pub in_flight_requests: Cell<usize>,
+    /// Bytes of requests in flight on this core's connections.
+    pub in_flight_budget: Rc<Semaphore>,
     /// The consumer groups hashed to this core (set once at start).
     groups: RefCell<Option<Rc<groups::GroupService>>>,
 }
@@ -109,6 +111,7 @@ pub enum ShardError {
 
 impl Shard {
     pub fn new(id: ShardId, config: Arc<ServeConfig>, image: Arc<MetadataImage>, inboxes: Vec<flume::Sender<ShardMessage>>) -> Rc<Self> {
+        let in_flight_bytes = config.in_flight_bytes_max as u64;
         Rc::new(Self {
             id,
             config,
@@ -121,6 +124,7 @@ impl Shard {
             shutting_down: Cell::new(false),
             shutdown_event: Event::new(),
             in_flight_requests: Cell::new(0),
+            in_flight_budget: Rc::new(Semaphore::new(in_flight_bytes)),
             groups: RefCell::new(None),
         })
     }
