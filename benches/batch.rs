@@ -9,7 +9,11 @@ use shardlog::protocol::record_batch::{encode_batch, validate, ProducerFields, R
 fn batch_of(bytes_total: usize, record_bytes: usize) -> Bytes {
     let count = (bytes_total / (record_bytes + 8)).max(1);
     let records: Vec<Record> = (0..count)
-        .map(|i| Record { value: Some(Bytes::from(vec![(i % 251) as u8; record_bytes])), offset_delta: i as i32, ..Record::default() })
+        .map(|i| Record {
+            value: Some(Bytes::from(vec![(i % 251) as u8; record_bytes])),
+            offset_delta: i as i32,
+            ..Record::default()
+        })
         .collect();
     encode_batch(&records, 0, ProducerFields::NONE)
 }

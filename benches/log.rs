@@ -15,7 +15,11 @@ use shardlog::protocol::record_batch::{encode_batch, validate, BatchHeader, Prod
 fn batch_of(bytes_total: usize) -> Bytes {
     let count = (bytes_total / 1032).max(1);
     let records: Vec<Record> = (0..count)
-        .map(|i| Record { value: Some(Bytes::from(vec![(i % 251) as u8; 1024])), offset_delta: i as i32, ..Record::default() })
+        .map(|i| Record {
+            value: Some(Bytes::from(vec![(i % 251) as u8; 1024])),
+            offset_delta: i as i32,
+            ..Record::default()
+        })
         .collect();
     encode_batch(&records, 0, ProducerFields::NONE)
 }
@@ -34,7 +38,8 @@ fn run_appends(batch: Bytes, flush: FlushPolicy, iterations: u64) -> Duration {
         .io_memory(1 << 20)
         .spawn(move || async move {
             let dir = bench_dir();
-            let config = LogConfig { flush, pending_bytes_max: 32 << 20, batch_bytes_max: 2 << 20, ..LogConfig::default() };
+            let config =
+                LogConfig { flush, pending_bytes_max: 32 << 20, batch_bytes_max: 2 << 20, ..LogConfig::default() };
             let (log, _) = Log::open(dir.path().join("bench-0"), config).await.expect("open");
             let header = validate(&batch, 2 << 20).expect("valid");
             let started = Instant::now();
@@ -83,7 +88,10 @@ fn append(c: &mut Criterion) {
 fn index_lookup(c: &mut Criterion) {
     let mut index = SegmentIndex::default();
     for i in 0..262_144u32 {
-        index.push(OffsetEntry { relative_offset: i * 4, position: i * 4096 }, TimeEntry { max_timestamp: i64::from(i), relative_offset: i * 4 });
+        index.push(
+            OffsetEntry { relative_offset: i * 4, position: i * 4096 },
+            TimeEntry { max_timestamp: i64::from(i), relative_offset: i * 4 },
+        );
     }
     let mut probe = 0u32;
     c.bench_function("index-lookup-1GiB-segment", |b| {

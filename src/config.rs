@@ -174,7 +174,11 @@ impl ServeConfig {
             return invalid("request-bytes-max", self.request_bytes_max.to_string(), "must be 1 KiB .. 2 GiB");
         }
         if self.in_flight_bytes_max < self.request_bytes_max {
-            return invalid("in-flight-bytes-max", self.in_flight_bytes_max.to_string(), "must be at least request-bytes-max");
+            return invalid(
+                "in-flight-bytes-max",
+                self.in_flight_bytes_max.to_string(),
+                "must be at least request-bytes-max",
+            );
         }
         if self.connections_max == 0 || self.connections_per_ip_max == 0 {
             return invalid("connections-max", self.connections_max.to_string(), "limits must be positive");
@@ -185,7 +189,9 @@ impl ServeConfig {
         if self.io_memory_bytes < 64 * 1024 {
             return invalid("io-memory-bytes", self.io_memory_bytes.to_string(), "at least 64 KiB");
         }
-        if self.group.session_timeout_ms_min <= 0 || self.group.session_timeout_ms_min > self.group.session_timeout_ms_max {
+        if self.group.session_timeout_ms_min <= 0
+            || self.group.session_timeout_ms_min > self.group.session_timeout_ms_max
+        {
             return invalid(
                 "group-min-session-timeout-ms",
                 self.group.session_timeout_ms_min.to_string(),
@@ -258,18 +264,30 @@ pub fn apply_topic_config(log: &mut LogConfig, name: &str, value: &str) -> Resul
         }
         "cleanup.policy" => {
             if value != "delete" {
-                return Err(ConfigError::Invalid { name: "cleanup.policy", value: value.into(), reason: "only delete is supported" });
+                return Err(ConfigError::Invalid {
+                    name: "cleanup.policy",
+                    value: value.into(),
+                    reason: "only delete is supported",
+                });
             }
         }
         "min.insync.replicas" => {
             let n: i32 = number("min.insync.replicas", value)?;
             if n != 1 {
-                return Err(ConfigError::Invalid { name: "min.insync.replicas", value: value.into(), reason: "single node: must be 1" });
+                return Err(ConfigError::Invalid {
+                    name: "min.insync.replicas",
+                    value: value.into(),
+                    reason: "single node: must be 1",
+                });
             }
         }
         "message.timestamp.type" => {
             if value != "CreateTime" {
-                return Err(ConfigError::Invalid { name: "message.timestamp.type", value: value.into(), reason: "only CreateTime" });
+                return Err(ConfigError::Invalid {
+                    name: "message.timestamp.type",
+                    value: value.into(),
+                    reason: "only CreateTime",
+                });
             }
         }
         _ => return Err(ConfigError::Invalid { name: "topic config", value: name.into(), reason: "unknown key" }),

@@ -258,7 +258,9 @@ struct BrokerArg {
 }
 
 fn parse_key_value(text: &str) -> Result<(String, String), String> {
-    text.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| format!("expected key=value, got {text}"))
+    text.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("expected key=value, got {text}"))
 }
 
 fn main() -> ExitCode {
@@ -290,13 +292,23 @@ fn topic(command: TopicCommand) -> Result<(), String> {
         if result.error.is_ok() {
             Ok(())
         } else {
-            Err(format!("{}: {:?}{}", result.name, result.error, result.message.map(|m| format!(": {m}")).unwrap_or_default()))
+            Err(format!(
+                "{}: {:?}{}",
+                result.name,
+                result.error,
+                result.message.map(|m| format!(": {m}")).unwrap_or_default()
+            ))
         }
     };
     match command {
         TopicCommand::Create { name, partitions, configs, broker } => {
             let configs: BTreeMap<String, String> = configs.into_iter().collect();
-            check(Admin::connect(&broker.brokers).map_err(fail)?.create_topic(&name, partitions, &configs).map_err(fail)?)?;
+            check(
+                Admin::connect(&broker.brokers)
+                    .map_err(fail)?
+                    .create_topic(&name, partitions, &configs)
+                    .map_err(fail)?,
+            )?;
             println!("created topic {name} with {partitions} partitions");
         }
         TopicCommand::List { broker } => {
@@ -354,8 +366,12 @@ fn group(command: GroupCommand) -> Result<(), String> {
             }
         }
         GroupCommand::Describe { group, broker } => {
-            let (described, lags) = GroupAdmin::connect(&broker.brokers).map_err(fail)?.describe(&group).map_err(fail)?;
-            println!("group {group}: state {} protocol {} {}", described.group_state, described.protocol_type, described.protocol_data);
+            let (described, lags) =
+                GroupAdmin::connect(&broker.brokers).map_err(fail)?.describe(&group).map_err(fail)?;
+            println!(
+                "group {group}: state {} protocol {} {}",
+                described.group_state, described.protocol_type, described.protocol_data
+            );
             for member in &described.members {
                 println!("  member {} client {} host {}", member.member_id, member.client_id, member.client_host);
             }
@@ -377,7 +393,10 @@ fn group(command: GroupCommand) -> Result<(), String> {
                 (_, _, _, Some(ms)) => ResetTarget::Timestamp(ms),
                 _ => return Err("say where to: --to-earliest, --to-latest, --to-offset N or --to-datetime MS".into()),
             };
-            let moved = GroupAdmin::connect(&broker.brokers).map_err(fail)?.reset_offsets(&group, &topic, target).map_err(fail)?;
+            let moved = GroupAdmin::connect(&broker.brokers)
+                .map_err(fail)?
+                .reset_offsets(&group, &topic, target)
+                .map_err(fail)?;
             for (partition, offset) in moved {
                 println!("{topic}\t{partition}\t{offset}");
             }

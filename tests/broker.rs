@@ -11,7 +11,9 @@ use bytes::Bytes;
 use common::*;
 use shardlog::protocol::api_versions::ApiVersionsRequest;
 use shardlog::protocol::init_producer_id::{InitProducerIdRequest, InitProducerIdResponse};
-use shardlog::protocol::list_offsets::{ListOffsetsPartition, ListOffsetsRequest, ListOffsetsResponse, ListOffsetsTopic};
+use shardlog::protocol::list_offsets::{
+    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsResponse, ListOffsetsTopic,
+};
 use shardlog::protocol::metadata::{MetadataRequest, MetadataResponse};
 use shardlog::protocol::record_batch::{self, encode_batch, ProducerFields};
 use shardlog::protocol::{ApiKey, ErrorCode, Reader, Writer};
@@ -135,7 +137,10 @@ fn responses_come_back_in_request_order_and_acks_zero_gets_none() {
             timeout_ms: 1000,
             topics: vec![shardlog::protocol::produce::ProduceTopic {
                 name: "order".into(),
-                partitions: vec![shardlog::protocol::produce::ProducePartition { index: 0, records: Some(batch("z", 3)) }],
+                partitions: vec![shardlog::protocol::produce::ProducePartition {
+                    index: 0,
+                    records: Some(batch("z", 3)),
+                }],
             }],
         }
         .encode(w)
@@ -290,12 +295,16 @@ fn list_offsets_earliest_latest_and_by_time_and_delete_records() {
     let request = shardlog::protocol::delete_records::DeleteRecordsRequest {
         topics: vec![shardlog::protocol::delete_records::DeleteRecordsTopic {
             name: "times".into(),
-            partitions: vec![shardlog::protocol::delete_records::DeleteRecordsPartition { partition_index: 0, offset: 5 }],
+            partitions: vec![shardlog::protocol::delete_records::DeleteRecordsPartition {
+                partition_index: 0,
+                offset: 5,
+            }],
         }],
         timeout_ms: 1000,
     };
     let reader = conn.request(ApiKey::DeleteRecords, 1, |w| request.encode(w, 1)).unwrap();
-    let answer = shardlog::client::decode(reader, 1, shardlog::protocol::delete_records::DeleteRecordsResponse::decode).unwrap();
+    let answer =
+        shardlog::client::decode(reader, 1, shardlog::protocol::delete_records::DeleteRecordsResponse::decode).unwrap();
     assert_eq!(answer.topics[0].partitions[0].low_watermark, 5);
     let response = fetch(&mut conn, "times", 0, 0, 0, 1);
     assert_eq!(response.topics[0].partitions[0].error, ErrorCode::OffsetOutOfRange);
@@ -486,7 +495,8 @@ fn bad_batches_get_kafka_error_codes() {
     bad_magic[record_batch::MAGIC_AT] = 1;
     let mut bad_count = good.clone();
     bad_count[record_batch::RECORD_COUNT_AT..record_batch::RECORD_COUNT_AT + 4].copy_from_slice(&5i32.to_be_bytes());
-    bad_count[record_batch::LAST_OFFSET_DELTA_AT..record_batch::LAST_OFFSET_DELTA_AT + 4].copy_from_slice(&4i32.to_be_bytes());
+    bad_count[record_batch::LAST_OFFSET_DELTA_AT..record_batch::LAST_OFFSET_DELTA_AT + 4]
+        .copy_from_slice(&4i32.to_be_bytes());
     let crc = crc32c::crc32c(&bad_count[record_batch::ATTRIBUTES_AT..]);
     bad_count[record_batch::CRC_AT..record_batch::CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
     let truncated = good[..good.len() - 5].to_vec();

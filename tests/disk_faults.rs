@@ -45,7 +45,11 @@ fn run(program: &str, args: &[&str]) {
 
 fn big_batch(tag: usize) -> Bytes {
     let records: Vec<Record> = (0..64)
-        .map(|i| Record { value: Some(Bytes::from(vec![(tag % 251) as u8; 8 << 10])), offset_delta: i, ..Record::default() })
+        .map(|i| Record {
+            value: Some(Bytes::from(vec![(tag % 251) as u8; 8 << 10])),
+            offset_delta: i,
+            ..Record::default()
+        })
         .collect();
     encode_batch(&records, 1_000 + tag as i64, ProducerFields::NONE)
 }

@@ -11,7 +11,9 @@ use shardlog::client::groups::{GroupAdmin, ResetTarget};
 use shardlog::client::Connection;
 use shardlog::protocol::find_coordinator::{FindCoordinatorRequest, FindCoordinatorResponse};
 use shardlog::protocol::heartbeat::{HeartbeatRequest, HeartbeatResponse};
-use shardlog::protocol::offset_commit::{OffsetCommitPartition, OffsetCommitRequest, OffsetCommitResponse, OffsetCommitTopic};
+use shardlog::protocol::offset_commit::{
+    OffsetCommitPartition, OffsetCommitRequest, OffsetCommitResponse, OffsetCommitTopic,
+};
 use shardlog::protocol::offset_fetch::{OffsetFetchRequest, OffsetFetchResponse, OffsetFetchTopic};
 use shardlog::protocol::{ApiKey, ErrorCode};
 
@@ -68,7 +70,12 @@ fn each_group_has_one_coordinator_core_and_others_answer_not_coordinator() {
         seen_ports.insert(found.port);
         let wrong_port = if found.port as u16 == broker.port { broker.port + 1 } else { broker.port };
         let mut wrong = broker.connect_port(wrong_port);
-        let request = HeartbeatRequest { group_id: group.clone(), generation_id: 1, member_id: "m".into(), group_instance_id: None };
+        let request = HeartbeatRequest {
+            group_id: group.clone(),
+            generation_id: 1,
+            member_id: "m".into(),
+            group_instance_id: None,
+        };
         let reader = wrong.request(ApiKey::Heartbeat, 3, |w| request.encode(w, 3)).unwrap();
         let answer = shardlog::client::decode(reader, 3, HeartbeatResponse::decode).unwrap();
         assert_eq!(answer.error, ErrorCode::NotCoordinator);
@@ -111,7 +118,8 @@ fn offsets_log_is_compacted_and_stays_bounded() {
     }
     std::thread::sleep(Duration::from_millis(500));
     let dir = broker.data_dir().join("__groups").join("core-0");
-    let start: i64 = std::fs::read_to_string(dir.join("log-start")).expect("compaction moved the log start").trim().parse().unwrap();
+    let start: i64 =
+        std::fs::read_to_string(dir.join("log-start")).expect("compaction moved the log start").trim().parse().unwrap();
     assert!(start > 0);
     broker.restart();
     let mut conn = broker.connect();

@@ -63,7 +63,10 @@ fn idle_and_slow_drip_connections_are_closed() {
 
 #[test]
 fn concurrent_large_produces_wait_for_the_in_flight_budget_and_all_succeed() {
-    let broker = Broker::start(1, &["--in-flight-bytes-max", "8388608", "--request-bytes-max", "4194304", "--max-message-bytes", "4194304"]);
+    let broker = Broker::start(
+        1,
+        &["--in-flight-bytes-max", "8388608", "--request-bytes-max", "4194304", "--max-message-bytes", "4194304"],
+    );
     create_topic(&broker, "large", 1, &[]);
     let records: Vec<Record> = (0..3)
         .map(|i| Record { value: Some(Bytes::from(vec![i as u8; 1 << 20])), offset_delta: i, ..Record::default() })
@@ -74,7 +77,8 @@ fn concurrent_large_produces_wait_for_the_in_flight_budget_and_all_succeed() {
         .map(|_| {
             let data = data.clone();
             std::thread::spawn(move || {
-                let mut conn = shardlog::client::Connection::connect(("127.0.0.1", port), Duration::from_secs(30)).unwrap();
+                let mut conn =
+                    shardlog::client::Connection::connect(("127.0.0.1", port), Duration::from_secs(30)).unwrap();
                 produce(&mut conn, "large", 0, data, 1).topics[0].partitions[0].error
             })
         })

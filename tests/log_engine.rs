@@ -131,10 +131,12 @@ fn reopen_after_clean_close_keeps_everything() {
 /// The longest prefix of `sent` whose bytes all lie within `cut` bytes.
 fn prefix_within(sent: &[Bytes], cut: u64) -> usize {
     let mut end = 0u64;
-    sent.iter().take_while(|b| {
-        end += b.len() as u64;
-        end <= cut
-    }).count()
+    sent.iter()
+        .take_while(|b| {
+            end += b.len() as u64;
+            end <= cut
+        })
+        .count()
 }
 
 fn last_segment(dir: &Path) -> std::path::PathBuf {
@@ -183,7 +185,8 @@ fn crash_cuts_recover_to_longest_valid_prefix() {
             assert!(!report.clean_shutdown);
             let stored = read_all(&log, 0, 1 << 20).await;
             same_content(&stored, &s[..expected]);
-            let end: i64 = s[..expected].iter().map(|b| i64::from(BatchHeader::parse(b, 1 << 20).unwrap().record_count)).sum();
+            let end: i64 =
+                s[..expected].iter().map(|b| i64::from(BatchHeader::parse(b, 1 << 20).unwrap().record_count)).sum();
             assert_eq!(log.log_end_offset(), end, "cut at {cut}");
             // The recovered log takes new appends at the right offset.
             let more = append_all(&log, &[batch(0, 1, 1)]).await;

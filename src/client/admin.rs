@@ -62,7 +62,11 @@ impl Admin {
         let response = decode(reader, 4, CreateTopicsResponse::decode)?;
         let result = response.topics.into_iter().next();
         Ok(result.map_or(
-            AdminResult { name: name.into(), error: ErrorCode::UnknownServerError, message: Some("empty response".into()) },
+            AdminResult {
+                name: name.into(),
+                error: ErrorCode::UnknownServerError,
+                message: Some("empty response".into()),
+            },
             |t| AdminResult { name: t.name, error: t.error, message: t.error_message },
         ))
     }
@@ -72,10 +76,9 @@ impl Admin {
         let reader = self.connection.request(ApiKey::DeleteTopics, 3, |w| request.encode(w, 3))?;
         let response = decode(reader, 3, DeleteTopicsResponse::decode)?;
         let result = response.responses.into_iter().next();
-        Ok(result.map_or(
-            AdminResult { name: name.into(), error: ErrorCode::UnknownServerError, message: None },
-            |t| AdminResult { name: t.name, error: t.error, message: None },
-        ))
+        Ok(result.map_or(AdminResult { name: name.into(), error: ErrorCode::UnknownServerError, message: None }, |t| {
+            AdminResult { name: t.name, error: t.error, message: None }
+        }))
     }
 
     pub fn create_partitions(&mut self, name: &str, count: i32) -> Result<AdminResult, ClientError> {
@@ -87,16 +90,19 @@ impl Admin {
         let reader = self.connection.request(ApiKey::CreatePartitions, 1, |w| request.encode(w, 1))?;
         let response = decode(reader, 1, CreatePartitionsResponse::decode)?;
         let result = response.results.into_iter().next();
-        Ok(result.map_or(
-            AdminResult { name: name.into(), error: ErrorCode::UnknownServerError, message: None },
-            |t| AdminResult { name: t.name, error: t.error, message: t.error_message },
-        ))
+        Ok(result.map_or(AdminResult { name: name.into(), error: ErrorCode::UnknownServerError, message: None }, |t| {
+            AdminResult { name: t.name, error: t.error, message: t.error_message }
+        }))
     }
 
     /// Effective configs of a topic: (name, value, is an override).
     pub fn describe_topic_configs(&mut self, name: &str) -> Result<Vec<(String, String, bool)>, ClientError> {
         let request = DescribeConfigsRequest {
-            resources: vec![DescribeConfigsResource { resource_type: 2, resource_name: name.into(), configuration_keys: None }],
+            resources: vec![DescribeConfigsResource {
+                resource_type: 2,
+                resource_name: name.into(),
+                configuration_keys: None,
+            }],
             include_synonyms: false,
             include_documentation: false,
         };
@@ -111,7 +117,11 @@ impl Admin {
     }
 
     /// Sets (`Some`) or removes (`None`) topic configs.
-    pub fn alter_topic_configs(&mut self, name: &str, changes: &[(String, Option<String>)]) -> Result<AdminResult, ClientError> {
+    pub fn alter_topic_configs(
+        &mut self,
+        name: &str,
+        changes: &[(String, Option<String>)],
+    ) -> Result<AdminResult, ClientError> {
         let request = IncrementalAlterConfigsRequest {
             resources: vec![IncrementalAlterConfigsResource {
                 resource_type: 2,
@@ -130,9 +140,8 @@ impl Admin {
         let reader = self.connection.request(ApiKey::IncrementalAlterConfigs, 1, |w| request.encode(w, 1))?;
         let response = decode(reader, 1, IncrementalAlterConfigsResponse::decode)?;
         let result = response.responses.into_iter().next();
-        Ok(result.map_or(
-            AdminResult { name: name.into(), error: ErrorCode::UnknownServerError, message: None },
-            |r| AdminResult { name: r.resource_name, error: r.error, message: r.error_message },
-        ))
+        Ok(result.map_or(AdminResult { name: name.into(), error: ErrorCode::UnknownServerError, message: None }, |r| {
+            AdminResult { name: r.resource_name, error: r.error, message: r.error_message }
+        }))
     }
 }

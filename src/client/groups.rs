@@ -11,7 +11,9 @@ use crate::protocol::find_coordinator::{FindCoordinatorRequest, FindCoordinatorR
 use crate::protocol::list_groups::{ListGroupsRequest, ListGroupsResponse, ListedGroup};
 use crate::protocol::list_offsets::{ListOffsetsPartition, ListOffsetsRequest, ListOffsetsResponse, ListOffsetsTopic};
 use crate::protocol::metadata::{MetadataRequest, MetadataResponse};
-use crate::protocol::offset_commit::{OffsetCommitPartition, OffsetCommitRequest, OffsetCommitResponse, OffsetCommitTopic};
+use crate::protocol::offset_commit::{
+    OffsetCommitPartition, OffsetCommitRequest, OffsetCommitResponse, OffsetCommitTopic,
+};
 use crate::protocol::offset_fetch::{OffsetFetchRequest, OffsetFetchResponse};
 use crate::protocol::{ApiKey, ErrorCode};
 
@@ -79,7 +81,11 @@ impl GroupAdmin {
         let reader = self.bootstrap.request(ApiKey::FindCoordinator, 2, |w| request.encode(w, 2))?;
         let answer = decode(reader, 2, FindCoordinatorResponse::decode)?;
         check(format!("find coordinator of {group_id}"), answer.error)?;
-        let host = if answer.host.is_empty() { self.address.rsplit_once(':').map_or("127.0.0.1", |(h, _)| h).to_string() } else { answer.host };
+        let host = if answer.host.is_empty() {
+            self.address.rsplit_once(':').map_or("127.0.0.1", |(h, _)| h).to_string()
+        } else {
+            answer.host
+        };
         Ok(Connection::connect((host.as_str(), answer.port as u16), Duration::from_secs(10))?)
     }
 
@@ -97,7 +103,11 @@ impl GroupAdmin {
         Ok((group, committed))
     }
 
-    fn committed(&mut self, coordinator: &mut Connection, group_id: &str) -> Result<Vec<PartitionLag>, GroupAdminError> {
+    fn committed(
+        &mut self,
+        coordinator: &mut Connection,
+        group_id: &str,
+    ) -> Result<Vec<PartitionLag>, GroupAdminError> {
         let request = OffsetFetchRequest { group_id: group_id.into(), topics: None };
         let reader = coordinator.request(ApiKey::OffsetFetch, 5, |w| request.encode(w, 5))?;
         let answer = decode(reader, 5, OffsetFetchResponse::decode)?;
@@ -105,7 +115,12 @@ impl GroupAdmin {
         let mut out = Vec::new();
         for topic in answer.topics {
             for p in topic.partitions {
-                out.push(PartitionLag { topic: topic.name.clone(), partition: p.partition_index, committed: p.committed_offset, end: -1 });
+                out.push(PartitionLag {
+                    topic: topic.name.clone(),
+                    partition: p.partition_index,
+                    committed: p.committed_offset,
+                    end: -1,
+                });
             }
         }
         let ends = self.list_offsets(&out.iter().map(|p| (p.topic.clone(), p.partition)).collect::<Vec<_>>(), -1)?;
@@ -146,7 +161,12 @@ impl GroupAdmin {
 
     /// Moves the committed offsets of every partition of `topic` (the group
     /// must have no active members: the commit uses generation -1).
-    pub fn reset_offsets(&mut self, group_id: &str, topic: &str, target: ResetTarget) -> Result<Vec<(i32, i64)>, GroupAdminError> {
+    pub fn reset_offsets(
+        &mut self,
+        group_id: &str,
+        topic: &str,
+        target: ResetTarget,
+    ) -> Result<Vec<(i32, i64)>, GroupAdminError> {
         let request = MetadataRequest { topics: Some(vec![topic.into()]), allow_auto_topic_creation: false };
         let reader = self.bootstrap.request(ApiKey::Metadata, 8, |w| request.encode(w, 8))?;
         let metadata = decode(reader, 8, MetadataResponse::decode)?;

@@ -46,7 +46,12 @@ impl Connection {
 
     /// Sends a request whose body `encode` writes, and returns a reader over
     /// the response body (header consumed).
-    pub fn request(&mut self, api: ApiKey, version: i16, encode: impl FnOnce(&mut Writer)) -> Result<Reader, ClientError> {
+    pub fn request(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        encode: impl FnOnce(&mut Writer),
+    ) -> Result<Reader, ClientError> {
         self.correlation_id += 1;
         let correlation_id = self.correlation_id;
         let flexible = api.range().is_some_and(|r| version >= r.flexible_from);
@@ -70,7 +75,12 @@ impl Connection {
     }
 
     /// Sends a request that gets no response (acks=0 produce).
-    pub fn send_only(&mut self, api: ApiKey, version: i16, encode: impl FnOnce(&mut Writer)) -> Result<(), ClientError> {
+    pub fn send_only(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        encode: impl FnOnce(&mut Writer),
+    ) -> Result<(), ClientError> {
         self.correlation_id += 1;
         let mut w = Writer::new();
         w.i16(api as i16);
@@ -117,7 +127,11 @@ pub mod admin;
 pub mod groups;
 
 /// Decodes a response with a codec (`T::decode`).
-pub fn decode<T>(mut reader: Reader, version: i16, decode: impl FnOnce(&mut Reader, i16) -> Result<T, DecodeError>) -> Result<T, ClientError> {
+pub fn decode<T>(
+    mut reader: Reader,
+    version: i16,
+    decode: impl FnOnce(&mut Reader, i16) -> Result<T, DecodeError>,
+) -> Result<T, ClientError> {
     Ok(decode(&mut reader, version)?)
 }
 

@@ -8,6 +8,10 @@ use super::metadata::{MetadataImage, PartitionInfo, ShardId, TopicInfo};
 use crate::constants;
 use crate::protocol::ErrorCode;
 
+/// Validates a topic's configs (the broker supplies it; the controller
+/// itself knows no config semantics).
+pub type ConfigCheck = dyn Fn(&BTreeMap<String, String>) -> Result<(), String>;
+
 /// One topic to create.
 #[derive(Debug, Clone)]
 pub struct NewTopic {
@@ -82,7 +86,7 @@ pub fn create_topics(
     default_partitions: i32,
     validate_only: bool,
     salt: u64,
-    check_configs: &dyn Fn(&BTreeMap<String, String>) -> Result<(), String>,
+    check_configs: &ConfigCheck,
 ) -> (MetadataImage, Vec<ItemResult>) {
     let mut next = image.clone();
     let mut load = image.partitions_per_shard();
@@ -94,12 +98,20 @@ pub fn create_topics(
             continue;
         }
         if next.durable.topics.contains_key(name) {
-            results.push(ItemResult::err(name, ErrorCode::TopicAlreadyExists, format!("topic '{name}' already exists")));
+            results.push(ItemResult::err(
+                name,
+                ErrorCode::TopicAlreadyExists,
+                format!("topic '{name}' already exists"),
+            ));
             continue;
         }
         let partitions = if topic.partitions == -1 { default_partitions } else { topic.partitions };
         if partitions <= 0 || partitions > constants::TOPIC_PARTITIONS_MAX {
-            results.push(ItemResult::err(name, ErrorCode::InvalidPartitions, "number of partitions must be 1 ..= 100000"));
+            results.push(ItemResult::err(
+                name,
+                ErrorCode::InvalidPartitions,
+                "number of partitions must be 1 ..= 100000",
+            ));
             continue;
         }
         if topic.replication_factor != -1 && topic.replication_factor != 1 {
@@ -144,7 +156,11 @@ pub fn delete_topics(image: &MetadataImage, names: &[String]) -> (MetadataImage,
 }
 
 /// Grows topics to `count` partitions each.
-pub fn create_partitions(image: &MetadataImage, requests: &[(String, i32)], validate_only: bool) -> (MetadataImage, Vec<ItemResult>) {
+pub fn create_partitions(
+    image: &MetadataImage,
+    requests: &[(String, i32)],
+    validate_only: bool,
+) -> (MetadataImage, Vec<ItemResult>) {
     let mut next = image.clone();
     let mut load = image.partitions_per_shard();
     let mut results = Vec::with_capacity(requests.len());
@@ -177,7 +193,7 @@ pub fn alter_topic_configs(
     image: &MetadataImage,
     name: &str,
     change: &dyn Fn(&mut BTreeMap<String, String>),
-    check_configs: &dyn Fn(&BTreeMap<String, String>) -> Result<(), String>,
+    check_configs: &ConfigCheck,
     validate_only: bool,
 ) -> (MetadataImage, ItemResult) {
     let mut next = image.clone();
@@ -205,7 +221,12 @@ mod tests {
         MetadataImage {
             version: 1,
             nodes: (0..shards)
-                .map(|i| NodeInfo { node_id: NodeId(i as i32), host: "h".into(), port: 9092 + i as i32, shard: ShardId(i) })
+                .map(|i| NodeInfo {
+                    node_id: NodeId(i as i32),
+                    host: "h".into(),
+                    port: 9092 + i as i32,
+                    shard: ShardId(i),
+                })
                 .collect(),
             controller: NodeId(0),
             durable: PersistedMetadata::default(),
@@ -218,7 +239,8 @@ mod tests {
 
     #[test]
     fn partitions_are_balanced_across_shards() {
-        let (next, results) = create_topics(&image(3), &[new_topic("a", 4), new_topic("b", 5)], 1, false, 1, &|_| Ok(()));
+        let (next, results) =
+            create_topics(&image(3), &[new_topic("a", 4), new_topic("b", 5)], 1, false, 1, &|_| Ok(()));
         assert!(results.iter().all(|r| r.error == ErrorCode::None));
         assert_eq!(next.partitions_per_shard(), vec![3, 3, 3]);
     }
@@ -237,7 +259,12 @@ mod tests {
         let codes: Vec<ErrorCode> = results.iter().map(|r| r.error).collect();
         assert_eq!(
             codes,
-            vec![ErrorCode::TopicAlreadyExists, ErrorCode::InvalidTopicException, ErrorCode::InvalidPartitions, ErrorCode::None]
+            vec![
+                ErrorCode::TopicAlreadyExists,
+                ErrorCode::InvalidTopicException,
+                ErrorCode::InvalidPartitions,
+                ErrorCode::None
+            ]
         );
     }
 

@@ -109,7 +109,8 @@ pub fn load(dir: &Path) -> Result<Option<PersistedMetadata>, MetadataError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(MetadataError::Io { path: path.display().to_string(), message: e.to_string() }),
     };
-    let decode_error = |message: &str| MetadataError::Decode { path: path.display().to_string(), message: message.into() };
+    let decode_error =
+        |message: &str| MetadataError::Decode { path: path.display().to_string(), message: message.into() };
     if raw.len() < 12 || &raw[..8] != MAGIC {
         return Err(decode_error("bad header"));
     }

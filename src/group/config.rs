@@ -97,9 +97,7 @@ impl GroupConfig {
             });
         }
         if self.offset_metadata_bytes_max > RECORD_STRING_BYTES_MAX {
-            return Err(GroupConfigError::OffsetMetadataTooLarge(
-                self.offset_metadata_bytes_max,
-            ));
+            return Err(GroupConfigError::OffsetMetadataTooLarge(self.offset_metadata_bytes_max));
         }
         if self.members_per_group_max == 0 {
             return Err(GroupConfigError::Zero("members_per_group_max"));

@@ -85,27 +85,16 @@ impl GroupCoordinator {
         self.now_ms = self.now_ms.max(now_ms);
         let mut out = Vec::new();
         match event {
-            GroupEvent::Join {
-                reply_to,
-                api_version,
-                client,
-                request,
-            } => self.on_join(&mut out, reply_to, api_version, client, request),
+            GroupEvent::Join { reply_to, api_version, client, request } => {
+                self.on_join(&mut out, reply_to, api_version, client, request)
+            }
             GroupEvent::Sync { reply_to, request } => self.on_sync(&mut out, reply_to, request),
-            GroupEvent::Heartbeat { reply_to, request } => {
-                self.on_heartbeat(&mut out, reply_to, request)
+            GroupEvent::Heartbeat { reply_to, request } => self.on_heartbeat(&mut out, reply_to, request),
+            GroupEvent::Leave { reply_to, api_version, request } => {
+                self.on_leave(&mut out, reply_to, api_version, request)
             }
-            GroupEvent::Leave {
-                reply_to,
-                api_version,
-                request,
-            } => self.on_leave(&mut out, reply_to, api_version, request),
-            GroupEvent::OffsetCommit { reply_to, request } => {
-                self.on_offset_commit(&mut out, reply_to, request)
-            }
-            GroupEvent::DeleteGroups { reply_to, request } => {
-                self.on_delete_groups(&mut out, reply_to, request)
-            }
+            GroupEvent::OffsetCommit { reply_to, request } => self.on_offset_commit(&mut out, reply_to, request),
+            GroupEvent::DeleteGroups { reply_to, request } => self.on_delete_groups(&mut out, reply_to, request),
             GroupEvent::OffsetsPersisted { persist_id, result } => {
                 self.on_offsets_persisted(&mut out, persist_id, result)
             }
@@ -118,10 +107,7 @@ impl GroupCoordinator {
     /// something, if any. Linear in the members held: call it after a batch
     /// of events, or tick at a fixed interval instead.
     pub fn next_deadline_ms(&self) -> Option<u64> {
-        self.groups
-            .values()
-            .filter_map(|g| g.next_deadline_ms(&self.config))
-            .min()
+        self.groups.values().filter_map(|g| g.next_deadline_ms(&self.config)).min()
     }
 
     /// Rebuilds committed offsets from the offsets log, record by record in
@@ -158,8 +144,7 @@ impl GroupCoordinator {
                         .partition_indexes
                         .iter()
                         .map(|&partition| {
-                            let committed =
-                                group.and_then(|g| g.offsets.get(&(topic.name.clone(), partition)));
+                            let committed = group.and_then(|g| g.offsets.get(&(topic.name.clone(), partition)));
                             fetched(partition, committed)
                         })
                         .collect(),
@@ -167,11 +152,7 @@ impl GroupCoordinator {
                 .collect(),
             None => group.map(all_committed).unwrap_or_default(),
         };
-        OffsetFetchResponse {
-            throttle_time_ms: 0,
-            topics,
-            error: ErrorCode::None,
-        }
+        OffsetFetchResponse { throttle_time_ms: 0, topics, error: ErrorCode::None }
     }
 
     /// DescribeGroups: a group this coordinator does not hold reads as Dead.
@@ -199,10 +180,7 @@ impl GroupCoordinator {
                 },
             })
             .collect();
-        DescribeGroupsResponse {
-            throttle_time_ms: 0,
-            groups,
-        }
+        DescribeGroupsResponse { throttle_time_ms: 0, groups }
     }
 
     /// ListGroups: every group held, in id order.
@@ -216,30 +194,16 @@ impl GroupCoordinator {
             })
             .collect();
         groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
-        ListGroupsResponse {
-            throttle_time_ms: 0,
-            error: ErrorCode::None,
-            groups,
-        }
+        ListGroupsResponse { throttle_time_ms: 0, error: ErrorCode::None, groups }
     }
 
     /// Dead for a group this coordinator does not hold.
     pub fn group_state(&self, group_id: &str) -> GroupState {
-        self.groups
-            .get(group_id)
-            .map_or(GroupState::Dead, |g| g.state)
+        self.groups.get(group_id).map_or(GroupState::Dead, |g| g.state)
     }
 
-    pub fn committed_offset(
-        &self,
-        group_id: &str,
-        topic: &str,
-        partition: i32,
-    ) -> Option<&CommittedOffset> {
-        self.groups
-            .get(group_id)?
-            .offsets
-            .get(&(topic.to_owned(), partition))
+    pub fn committed_offset(&self, group_id: &str, topic: &str, partition: i32) -> Option<&CommittedOffset> {
+        self.groups.get(group_id)?.offsets.get(&(topic.to_owned(), partition))
     }
 
     /// Every committed offset as records that rebuild the state on their own,
@@ -287,11 +251,7 @@ impl GroupCoordinator {
         request: JoinGroupRequest,
     ) {
         if let Err(error) = self.check_join(&request) {
-            reply(
-                out,
-                reply_to,
-                GroupResponse::Join(JoinGroupResponse::error(request.member_id, error)),
-            );
+            reply(out, reply_to, GroupResponse::Join(JoinGroupResponse::error(request.member_id, error)));
             return;
         }
         if !self.groups.contains_key(&request.group_id) {
@@ -304,20 +264,14 @@ impl GroupCoordinator {
                 ErrorCode::None
             };
             if error != ErrorCode::None {
-                reply(
-                    out,
-                    reply_to,
-                    GroupResponse::Join(JoinGroupResponse::error(request.member_id, error)),
-                );
+                reply(out, reply_to, GroupResponse::Join(JoinGroupResponse::error(request.member_id, error)));
                 return;
             }
             self.group_or_create(request.group_id.clone());
         }
         let group_id = request.group_id.clone();
         let join = JoinParams::new(client, request);
-        self.with_group(out, &group_id, |group, ctx| {
-            group.join(ctx, reply_to, api_version, join)
-        });
+        self.with_group(out, &group_id, |group, ctx| group.join(ctx, reply_to, api_version, join));
     }
 
     fn check_join(&self, request: &JoinGroupRequest) -> Result<(), ErrorCode> {
@@ -339,52 +293,30 @@ impl GroupCoordinator {
         Ok(())
     }
 
-    fn on_sync(
-        &mut self,
-        out: &mut Vec<GroupCommand>,
-        reply_to: ReplyTo,
-        request: SyncGroupRequest,
-    ) {
+    fn on_sync(&mut self, out: &mut Vec<GroupCommand>, reply_to: ReplyTo, request: SyncGroupRequest) {
         let error = if request.group_id.is_empty() {
             ErrorCode::InvalidGroupId
         } else if !self.groups.contains_key(&request.group_id) {
             ErrorCode::UnknownMemberId
         } else {
             let group_id = request.group_id.clone();
-            self.with_group(out, &group_id, |group, ctx| {
-                group.sync(ctx, reply_to, request)
-            });
+            self.with_group(out, &group_id, |group, ctx| group.sync(ctx, reply_to, request));
             return;
         };
-        reply(
-            out,
-            reply_to,
-            GroupResponse::Sync(SyncGroupResponse::error(error)),
-        );
+        reply(out, reply_to, GroupResponse::Sync(SyncGroupResponse::error(error)));
     }
 
-    fn on_heartbeat(
-        &mut self,
-        out: &mut Vec<GroupCommand>,
-        reply_to: ReplyTo,
-        request: HeartbeatRequest,
-    ) {
+    fn on_heartbeat(&mut self, out: &mut Vec<GroupCommand>, reply_to: ReplyTo, request: HeartbeatRequest) {
         let error = if request.group_id.is_empty() {
             ErrorCode::InvalidGroupId
         } else if !self.groups.contains_key(&request.group_id) {
             ErrorCode::UnknownMemberId
         } else {
             let group_id = request.group_id.clone();
-            self.with_group(out, &group_id, |group, ctx| {
-                group.heartbeat(ctx, reply_to, request)
-            });
+            self.with_group(out, &group_id, |group, ctx| group.heartbeat(ctx, reply_to, request));
             return;
         };
-        reply(
-            out,
-            reply_to,
-            GroupResponse::Heartbeat(HeartbeatResponse::new(error)),
-        );
+        reply(out, reply_to, GroupResponse::Heartbeat(HeartbeatResponse::new(error)));
     }
 
     fn on_leave(
@@ -398,71 +330,37 @@ impl GroupCoordinator {
         let leaving = if batch {
             request.members
         } else {
-            vec![LeavingMember {
-                member_id: request.member_id,
-                group_instance_id: None,
-            }]
+            vec![LeavingMember { member_id: request.member_id, group_instance_id: None }]
         };
         let (error, errors) = if request.group_id.is_empty() {
             (ErrorCode::InvalidGroupId, Vec::new())
         } else if !self.groups.contains_key(&request.group_id) {
-            (
-                ErrorCode::None,
-                vec![ErrorCode::UnknownMemberId; leaving.len()],
-            )
+            (ErrorCode::None, vec![ErrorCode::UnknownMemberId; leaving.len()])
         } else {
             let errors = self.with_group(out, &request.group_id, |group, ctx| {
-                leaving
-                    .iter()
-                    .map(|member| group.leave(ctx, member))
-                    .collect()
+                leaving.iter().map(|member| group.leave(ctx, member)).collect()
             });
             (ErrorCode::None, errors.unwrap_or_default())
         };
         let members: Vec<LeftMember> = leaving
             .into_iter()
             .zip(errors)
-            .map(|(m, error)| LeftMember {
-                member_id: m.member_id,
-                group_instance_id: m.group_instance_id,
-                error,
-            })
+            .map(|(m, error)| LeftMember { member_id: m.member_id, group_instance_id: m.group_instance_id, error })
             .collect();
         let response = if batch {
-            LeaveGroupResponse {
-                throttle_time_ms: 0,
-                error,
-                members,
-            }
+            LeaveGroupResponse { throttle_time_ms: 0, error, members }
         } else {
             // v0–2 carry the one member's error at the top.
             let member_error = members.first().map_or(ErrorCode::None, |m| m.error);
-            let error = if error == ErrorCode::None {
-                member_error
-            } else {
-                error
-            };
-            LeaveGroupResponse {
-                throttle_time_ms: 0,
-                error,
-                members: Vec::new(),
-            }
+            let error = if error == ErrorCode::None { member_error } else { error };
+            LeaveGroupResponse { throttle_time_ms: 0, error, members: Vec::new() }
         };
         reply(out, reply_to, GroupResponse::Leave(response));
     }
 
-    fn on_offset_commit(
-        &mut self,
-        out: &mut Vec<GroupCommand>,
-        reply_to: ReplyTo,
-        request: OffsetCommitRequest,
-    ) {
+    fn on_offset_commit(&mut self, out: &mut Vec<GroupCommand>, reply_to: ReplyTo, request: OffsetCommitRequest) {
         if let Err(error) = self.admit_commit(out, &request) {
-            reply(
-                out,
-                reply_to,
-                GroupResponse::OffsetCommit(OffsetCommitResponse::all(&request, error)),
-            );
+            reply(out, reply_to, GroupResponse::OffsetCommit(OffsetCommitResponse::all(&request, error)));
             return;
         }
         let mut response = OffsetCommitResponse::all(&request, ErrorCode::None);
@@ -494,10 +392,7 @@ impl GroupCoordinator {
                     metadata,
                     commit_timestamp_ms,
                 };
-                records.push(OffsetRecord {
-                    key,
-                    value: Some(value),
-                });
+                records.push(OffsetRecord { key, value: Some(value) });
                 written.push((topic_index, partition_index));
             }
         }
@@ -528,11 +423,7 @@ impl GroupCoordinator {
     /// -1, no member id) may commit to an Empty or unknown group; members
     /// must name their current generation; none may commit while the group
     /// waits for the leader's assignment.
-    fn admit_commit(
-        &mut self,
-        out: &mut Vec<GroupCommand>,
-        request: &OffsetCommitRequest,
-    ) -> Result<(), ErrorCode> {
+    fn admit_commit(&mut self, out: &mut Vec<GroupCommand>, request: &OffsetCommitRequest) -> Result<(), ErrorCode> {
         if request.group_id.len() > RECORD_STRING_BYTES_MAX {
             return Err(ErrorCode::InvalidGroupId);
         }
@@ -556,12 +447,7 @@ impl GroupCoordinator {
         .unwrap_or(Err(ErrorCode::CoordinatorNotAvailable))
     }
 
-    fn on_delete_groups(
-        &mut self,
-        out: &mut Vec<GroupCommand>,
-        reply_to: ReplyTo,
-        request: DeleteGroupsRequest,
-    ) {
+    fn on_delete_groups(&mut self, out: &mut Vec<GroupCommand>, reply_to: ReplyTo, request: DeleteGroupsRequest) {
         let mut response = DeleteGroupsResponse::default();
         let mut tombstones = Vec::new();
         let mut written = Vec::new();
@@ -575,15 +461,9 @@ impl GroupCoordinator {
             if error == ErrorCode::None {
                 if let Some(group) = self.groups.remove(&group_id) {
                     let before = tombstones.len();
-                    tombstones.extend(group.offsets.into_keys().map(|(topic, partition)| {
-                        OffsetRecord {
-                            key: OffsetKey {
-                                group_id: group_id.clone(),
-                                topic,
-                                partition,
-                            },
-                            value: None,
-                        }
+                    tombstones.extend(group.offsets.into_keys().map(|(topic, partition)| OffsetRecord {
+                        key: OffsetKey { group_id: group_id.clone(), topic, partition },
+                        value: None,
                     }));
                     if tombstones.len() > before {
                         written.push(response.results.len());
@@ -596,15 +476,7 @@ impl GroupCoordinator {
             reply(out, reply_to, GroupResponse::DeleteGroups(response));
             return;
         }
-        self.persist(
-            out,
-            tombstones,
-            PendingWrite::Delete {
-                reply_to,
-                response,
-                written,
-            },
-        );
+        self.persist(out, tombstones, PendingWrite::Delete { reply_to, response, written });
     }
 
     fn on_offsets_persisted(
@@ -618,26 +490,14 @@ impl GroupCoordinator {
             return;
         };
         match pending {
-            PendingWrite::Commit {
-                reply_to,
-                group_id,
-                incarnation,
-                mut response,
-                records,
-                written,
-            } => {
-                let group = self
-                    .groups
-                    .get_mut(&group_id)
-                    .filter(|g| g.incarnation == incarnation);
+            PendingWrite::Commit { reply_to, group_id, incarnation, mut response, records, written } => {
+                let group = self.groups.get_mut(&group_id).filter(|g| g.incarnation == incarnation);
                 if let Some(group) = group {
                     group.commits_in_flight = group.commits_in_flight.saturating_sub(1);
                     if result.is_ok() {
                         for record in records {
                             if let Some(value) = record.value {
-                                group
-                                    .offsets
-                                    .insert((record.key.topic, record.key.partition), value);
+                                group.offsets.insert((record.key.topic, record.key.partition), value);
                             }
                         }
                     }
@@ -649,11 +509,7 @@ impl GroupCoordinator {
                 }
                 reply(out, reply_to, GroupResponse::OffsetCommit(response));
             }
-            PendingWrite::Delete {
-                reply_to,
-                mut response,
-                written,
-            } => {
+            PendingWrite::Delete { reply_to, mut response, written } => {
                 if let Err(error) = result {
                     for index in written {
                         response.results[index].error = error;
@@ -665,12 +521,7 @@ impl GroupCoordinator {
     }
 
     fn on_tick(&mut self, out: &mut Vec<GroupCommand>) {
-        let mut ctx = Ctx {
-            now_ms: self.now_ms,
-            config: &self.config,
-            out,
-            member_numbers: &mut self.member_numbers,
-        };
+        let mut ctx = Ctx { now_ms: self.now_ms, config: &self.config, out, member_numbers: &mut self.member_numbers };
         for group in self.groups.values_mut() {
             group.advance(&mut ctx);
         }
@@ -688,12 +539,7 @@ impl GroupCoordinator {
         handle: impl FnOnce(&mut Group, &mut Ctx) -> R,
     ) -> Option<R> {
         let group = self.groups.get_mut(group_id)?;
-        let mut ctx = Ctx {
-            now_ms: self.now_ms,
-            config: &self.config,
-            out,
-            member_numbers: &mut self.member_numbers,
-        };
+        let mut ctx = Ctx { now_ms: self.now_ms, config: &self.config, out, member_numbers: &mut self.member_numbers };
         group.advance(&mut ctx);
         let result = handle(group, &mut ctx);
         group.try_complete_join(&mut ctx);
@@ -709,19 +555,11 @@ impl GroupCoordinator {
         })
     }
 
-    fn persist(
-        &mut self,
-        out: &mut Vec<GroupCommand>,
-        records: Vec<OffsetRecord>,
-        pending: PendingWrite,
-    ) {
+    fn persist(&mut self, out: &mut Vec<GroupCommand>, records: Vec<OffsetRecord>, pending: PendingWrite) {
         let persist_id = PersistId(self.next_persist_id);
         self.next_persist_id += 1;
         self.pending_writes.insert(persist_id, pending);
-        out.push(GroupCommand::PersistOffsets {
-            persist_id,
-            records,
-        });
+        out.push(GroupCommand::PersistOffsets { persist_id, records });
     }
 }
 
@@ -729,10 +567,7 @@ fn reply(out: &mut Vec<GroupCommand>, to: ReplyTo, response: GroupResponse) {
     out.push(GroupCommand::Reply { to, response });
 }
 
-fn fetched(
-    partition_index: i32,
-    committed: Option<&CommittedOffset>,
-) -> OffsetFetchPartitionResponse {
+fn fetched(partition_index: i32, committed: Option<&CommittedOffset>) -> OffsetFetchPartitionResponse {
     match committed {
         Some(c) => OffsetFetchPartitionResponse {
             partition_index,
@@ -752,10 +587,7 @@ fn all_committed(group: &Group) -> Vec<OffsetFetchTopicResponse> {
         let entry = fetched(*partition, Some(committed));
         match topics.last_mut() {
             Some(last) if &last.name == topic => last.partitions.push(entry),
-            _ => topics.push(OffsetFetchTopicResponse {
-                name: topic.clone(),
-                partitions: vec![entry],
-            }),
+            _ => topics.push(OffsetFetchTopicResponse { name: topic.clone(), partitions: vec![entry] }),
         }
     }
     topics

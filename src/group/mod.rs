@@ -40,9 +40,7 @@ mod tests;
 
 pub use config::{GroupConfig, GroupConfigError};
 pub use coordinator::GroupCoordinator;
-pub use offsets::{
-    CommittedOffset, EncodedOffsetRecord, OffsetKey, OffsetRecord, OffsetRecordError,
-};
+pub use offsets::{CommittedOffset, EncodedOffsetRecord, OffsetKey, OffsetRecord, OffsetRecordError};
 pub use state::GroupState;
 
 use crate::protocol::delete_groups::{DeleteGroupsRequest, DeleteGroupsResponse};
@@ -126,17 +124,11 @@ pub enum GroupEvent {
 #[derive(Debug, Clone, PartialEq)]
 pub enum GroupCommand {
     /// Send `response` as the answer to the request `to` names.
-    Reply {
-        to: ReplyTo,
-        response: GroupResponse,
-    },
+    Reply { to: ReplyTo, response: GroupResponse },
     /// Append `records` to the internal offsets log in this order, after
     /// every earlier `PersistOffsets` (their order is what replay relies
     /// on), then report with [`GroupEvent::OffsetsPersisted`].
-    PersistOffsets {
-        persist_id: PersistId,
-        records: Vec<OffsetRecord>,
-    },
+    PersistOffsets { persist_id: PersistId, records: Vec<OffsetRecord> },
 }
 
 /// The answer to one held or immediate request.

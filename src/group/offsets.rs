@@ -106,10 +106,7 @@ impl OffsetRecord {
         w.i32(value.leader_epoch);
         w.string(&value.metadata);
         w.i64(value.commit_timestamp_ms);
-        Ok(EncodedOffsetRecord {
-            key,
-            value: Some(w.into_bytes()),
-        })
+        Ok(EncodedOffsetRecord { key, value: Some(w.into_bytes()) })
     }
 
     pub fn decode(key: Bytes, value: Option<Bytes>) -> Result<Self, OffsetRecordError> {
@@ -122,11 +119,7 @@ impl OffsetRecord {
         let topic = r.string()?;
         let partition = r.i32()?;
         check_consumed(&r)?;
-        let key = OffsetKey {
-            group_id,
-            topic,
-            partition,
-        };
+        let key = OffsetKey { group_id, topic, partition };
         let Some(value) = value else {
             return Ok(Self { key, value: None });
         };
@@ -140,25 +133,14 @@ impl OffsetRecord {
         let metadata = r.string()?;
         let commit_timestamp_ms = r.i64()?;
         check_consumed(&r)?;
-        let value = CommittedOffset {
-            offset,
-            leader_epoch,
-            metadata,
-            commit_timestamp_ms,
-        };
-        Ok(Self {
-            key,
-            value: Some(value),
-        })
+        let value = CommittedOffset { offset, leader_epoch, metadata, commit_timestamp_ms };
+        Ok(Self { key, value: Some(value) })
     }
 }
 
 fn check_len(field: &'static str, value: &str) -> Result<(), OffsetRecordError> {
     if value.len() > RECORD_STRING_BYTES_MAX {
-        return Err(OffsetRecordError::FieldTooLong {
-            field,
-            len: value.len(),
-        });
+        return Err(OffsetRecordError::FieldTooLong { field, len: value.len() });
     }
     Ok(())
 }
@@ -176,11 +158,7 @@ mod tests {
 
     fn record() -> OffsetRecord {
         OffsetRecord {
-            key: OffsetKey {
-                group_id: "orders".into(),
-                topic: "payments".into(),
-                partition: 7,
-            },
+            key: OffsetKey { group_id: "orders".into(), topic: "payments".into(), partition: 7 },
             value: Some(CommittedOffset {
                 offset: 1_234,
                 leader_epoch: 5,
@@ -199,10 +177,7 @@ mod tests {
 
     #[test]
     fn tombstone_round_trips_with_a_null_value() {
-        let tombstone = OffsetRecord {
-            key: record().key,
-            value: None,
-        };
+        let tombstone = OffsetRecord { key: record().key, value: None };
         let encoded = tombstone.encode().unwrap();
         assert_eq!(encoded.value, None);
         assert_eq!(OffsetRecord::decode(encoded.key, None).unwrap(), tombstone);
@@ -258,9 +233,6 @@ mod tests {
     fn strings_longer_than_an_i16_length_are_refused_not_truncated() {
         let mut long = record();
         long.key.topic = "t".repeat(RECORD_STRING_BYTES_MAX + 1);
-        assert!(matches!(
-            long.encode(),
-            Err(OffsetRecordError::FieldTooLong { field: "topic", .. })
-        ));
+        assert!(matches!(long.encode(), Err(OffsetRecordError::FieldTooLong { field: "topic", .. })));
     }
 }

@@ -31,9 +31,7 @@ use super::offsets::CommittedOffset;
 use super::{ClientInfo, GroupCommand, GroupResponse, ReplyTo};
 use crate::protocol::describe_groups::{DescribedGroup, DescribedMember};
 use crate::protocol::heartbeat::{HeartbeatRequest, HeartbeatResponse};
-use crate::protocol::join_group::{
-    JoinGroupMember, JoinGroupProtocol, JoinGroupRequest, JoinGroupResponse,
-};
+use crate::protocol::join_group::{JoinGroupMember, JoinGroupProtocol, JoinGroupRequest, JoinGroupResponse};
 use crate::protocol::leave_group::LeavingMember;
 use crate::protocol::sync_group::{SyncGroupAssignment, SyncGroupRequest, SyncGroupResponse};
 use crate::protocol::ErrorCode;
@@ -118,11 +116,7 @@ pub(crate) struct Member {
 
 impl Member {
     fn metadata_for(&self, protocol: &str) -> Bytes {
-        self.protocols
-            .iter()
-            .find(|p| p.name == protocol)
-            .map(|p| p.metadata.clone())
-            .unwrap_or_default()
+        self.protocols.iter().find(|p| p.name == protocol).map(|p| p.metadata.clone()).unwrap_or_default()
     }
 
     fn supports(&self, protocol: &str) -> bool {
@@ -142,18 +136,12 @@ impl Member {
 
     fn expiry_ms(&self, config: &GroupConfig) -> Option<u64> {
         if self.awaiting_join.is_some() {
-            return self.is_new.then(|| {
-                self.last_heartbeat_ms
-                    .saturating_add(config.new_member_join_timeout_ms)
-            });
+            return self.is_new.then(|| self.last_heartbeat_ms.saturating_add(config.new_member_join_timeout_ms));
         }
         if self.awaiting_sync.is_some() {
             return None;
         }
-        Some(
-            self.last_heartbeat_ms
-                .saturating_add(self.session_timeout_ms),
-        )
+        Some(self.last_heartbeat_ms.saturating_add(self.session_timeout_ms))
     }
 }
 
@@ -192,8 +180,7 @@ impl JoinParams {
         let session_timeout_ms = u64::try_from(request.session_timeout_ms).unwrap_or(0);
         // v0 has no rebalance timeout (it reads as -1): the session timeout
         // stands in, as in Kafka.
-        let rebalance_timeout_ms =
-            u64::try_from(request.rebalance_timeout_ms).unwrap_or(session_timeout_ms);
+        let rebalance_timeout_ms = u64::try_from(request.rebalance_timeout_ms).unwrap_or(session_timeout_ms);
         Self {
             member_id: request.member_id,
             group_instance_id: request.group_instance_id,
@@ -262,18 +249,9 @@ impl Group {
 
     // ---- JoinGroup -------------------------------------------------------
 
-    pub(crate) fn join(
-        &mut self,
-        ctx: &mut Ctx,
-        reply_to: ReplyTo,
-        api_version: i16,
-        join: JoinParams,
-    ) {
+    pub(crate) fn join(&mut self, ctx: &mut Ctx, reply_to: ReplyTo, api_version: i16, join: JoinParams) {
         if !self.accepts_joining_member(&join.member_id, ctx.config) {
-            ctx.reply_join(
-                reply_to,
-                JoinGroupResponse::error(String::new(), ErrorCode::GroupMaxSizeReached),
-            );
+            ctx.reply_join(reply_to, JoinGroupResponse::error(String::new(), ErrorCode::GroupMaxSizeReached));
             return;
         }
         if join.member_id.is_empty() {
@@ -292,24 +270,12 @@ impl Group {
         self.members.len() + self.pending_members.len() < config.members_per_group_max
     }
 
-    fn join_new_member(
-        &mut self,
-        ctx: &mut Ctx,
-        reply_to: ReplyTo,
-        api_version: i16,
-        join: JoinParams,
-    ) {
+    fn join_new_member(&mut self, ctx: &mut Ctx, reply_to: ReplyTo, api_version: i16, join: JoinParams) {
         if !self.supports_protocols(&join.protocol_type, &join.protocols) {
-            ctx.reply_join(
-                reply_to,
-                JoinGroupResponse::error(String::new(), ErrorCode::InconsistentGroupProtocol),
-            );
+            ctx.reply_join(reply_to, JoinGroupResponse::error(String::new(), ErrorCode::InconsistentGroupProtocol));
             return;
         }
-        let prefix = join
-            .group_instance_id
-            .as_deref()
-            .unwrap_or(&join.client.client_id);
+        let prefix = join.group_instance_id.as_deref().unwrap_or(&join.client.client_id);
         let new_member_id = ctx.new_member_id(prefix);
         if let Some(instance_id) = &join.group_instance_id {
             if let Some(old_member_id) = self.static_member_id(instance_id).map(str::to_owned) {
@@ -318,14 +284,8 @@ impl Group {
             }
         } else if api_version >= MEMBER_ID_REQUIRED_VERSION_MIN {
             let deadline_ms = ctx.after(join.session_timeout_ms);
-            self.pending_members.push(PendingMember {
-                member_id: new_member_id.clone(),
-                deadline_ms,
-            });
-            ctx.reply_join(
-                reply_to,
-                JoinGroupResponse::error(new_member_id, ErrorCode::MemberIdRequired),
-            );
+            self.pending_members.push(PendingMember { member_id: new_member_id.clone(), deadline_ms });
+            ctx.reply_join(reply_to, JoinGroupResponse::error(new_member_id, ErrorCode::MemberIdRequired));
             return;
         }
         self.add_member_and_rebalance(ctx, reply_to, new_member_id, join);
@@ -334,10 +294,7 @@ impl Group {
     fn join_known_member(&mut self, ctx: &mut Ctx, reply_to: ReplyTo, join: JoinParams) {
         let member_id = join.member_id.clone();
         if !self.supports_protocols(&join.protocol_type, &join.protocols) {
-            ctx.reply_join(
-                reply_to,
-                JoinGroupResponse::error(member_id, ErrorCode::InconsistentGroupProtocol),
-            );
+            ctx.reply_join(reply_to, JoinGroupResponse::error(member_id, ErrorCode::InconsistentGroupProtocol));
             return;
         }
         if join.group_instance_id.is_none() && self.is_pending(&member_id) {
@@ -350,9 +307,7 @@ impl Group {
             return;
         }
         let is_leader = self.is_leader(&member_id);
-        let unchanged = self
-            .member(&member_id)
-            .is_some_and(|m| m.matches(&join.protocols));
+        let unchanged = self.member(&member_id).is_some_and(|m| m.matches(&join.protocols));
         match self.state {
             GroupState::PreparingRebalance => self.update_member_and_rebalance(ctx, reply_to, join),
             // The member lost the JoinGroup response: hand it the generation again.
@@ -372,21 +327,12 @@ impl Group {
                 self.update_member_and_rebalance(ctx, reply_to, join)
             }
             GroupState::Empty | GroupState::Dead => {
-                ctx.reply_join(
-                    reply_to,
-                    JoinGroupResponse::error(member_id, ErrorCode::UnknownMemberId),
-                );
+                ctx.reply_join(reply_to, JoinGroupResponse::error(member_id, ErrorCode::UnknownMemberId));
             }
         }
     }
 
-    fn add_member_and_rebalance(
-        &mut self,
-        ctx: &mut Ctx,
-        reply_to: ReplyTo,
-        member_id: String,
-        join: JoinParams,
-    ) {
+    fn add_member_and_rebalance(&mut self, ctx: &mut Ctx, reply_to: ReplyTo, member_id: String, join: JoinParams) {
         if self.state == GroupState::PreparingRebalance && self.generation_id == 0 {
             self.new_member_added = true;
         }
@@ -424,10 +370,7 @@ impl Group {
         // A second JoinGroup from the same member supersedes the first.
         if let Some(superseded) = member.awaiting_join.replace(reply_to) {
             let member_id = member.member_id.clone();
-            ctx.reply_join(
-                superseded,
-                JoinGroupResponse::error(member_id, ErrorCode::RebalanceInProgress),
-            );
+            ctx.reply_join(superseded, JoinGroupResponse::error(member_id, ErrorCode::RebalanceInProgress));
         }
         self.maybe_prepare_rebalance(ctx);
     }
@@ -449,15 +392,11 @@ impl Group {
             return;
         };
         if let Some(fenced) = member.awaiting_join.take() {
-            let response =
-                JoinGroupResponse::error(old_member_id.to_owned(), ErrorCode::FencedInstanceId);
+            let response = JoinGroupResponse::error(old_member_id.to_owned(), ErrorCode::FencedInstanceId);
             ctx.reply_join(fenced, response);
         }
         if let Some(fenced) = member.awaiting_sync.take() {
-            ctx.reply_sync(
-                fenced,
-                SyncGroupResponse::error(ErrorCode::FencedInstanceId),
-            );
+            ctx.reply_sync(fenced, SyncGroupResponse::error(ErrorCode::FencedInstanceId));
         }
         member.member_id = new_member_id.clone();
         member.protocols = join.protocols;
@@ -500,9 +439,7 @@ impl Group {
             return !protocol_type.is_empty() && !protocols.is_empty();
         }
         self.protocol_type.as_deref() == Some(protocol_type)
-            && protocols
-                .iter()
-                .any(|p| self.members.iter().all(|m| m.supports(&p.name)))
+            && protocols.iter().any(|p| self.members.iter().all(|m| m.supports(&p.name)))
     }
 
     /// Among the protocols every member supports, each member votes for the
@@ -518,11 +455,7 @@ impl Group {
             .collect();
         let mut votes: Vec<(&str, usize)> = Vec::new();
         for member in &self.members {
-            let Some(choice) = member
-                .protocols
-                .iter()
-                .find(|p| candidates.contains(&p.name.as_str()))
-            else {
+            let Some(choice) = member.protocols.iter().find(|p| candidates.contains(&p.name.as_str())) else {
                 continue;
             };
             match votes.iter_mut().find(|(name, _)| *name == choice.name) {
@@ -542,10 +475,7 @@ impl Group {
     // ---- Rebalance -------------------------------------------------------
 
     fn maybe_prepare_rebalance(&mut self, ctx: &mut Ctx) {
-        if matches!(
-            self.state,
-            GroupState::Stable | GroupState::CompletingRebalance | GroupState::Empty
-        ) {
+        if matches!(self.state, GroupState::Stable | GroupState::CompletingRebalance | GroupState::Empty) {
             self.prepare_rebalance(ctx);
         }
     }
@@ -564,10 +494,7 @@ impl Group {
                 initial_delay_left_ms: Some(rebalance_timeout_ms.saturating_sub(delay_ms)),
             }
         } else {
-            JoinTimer {
-                deadline_ms: ctx.after(rebalance_timeout_ms),
-                initial_delay_left_ms: None,
-            }
+            JoinTimer { deadline_ms: ctx.after(rebalance_timeout_ms), initial_delay_left_ms: None }
         });
         self.state = GroupState::PreparingRebalance;
     }
@@ -622,23 +549,13 @@ impl Group {
         if !self.members.is_empty() && self.members.iter().all(|m| m.awaiting_join.is_none()) {
             // Only static members that have not rejoined remain: wait another round.
             let deadline_ms = ctx.after(self.rebalance_timeout_ms());
-            self.join_timer = Some(JoinTimer {
-                deadline_ms,
-                initial_delay_left_ms: None,
-            });
+            self.join_timer = Some(JoinTimer { deadline_ms, initial_delay_left_ms: None });
             return;
         }
-        let leader_rejoined = self
-            .leader_id
-            .as_deref()
-            .and_then(|id| self.member(id))
-            .is_some_and(|m| m.awaiting_join.is_some());
+        let leader_rejoined =
+            self.leader_id.as_deref().and_then(|id| self.member(id)).is_some_and(|m| m.awaiting_join.is_some());
         if !leader_rejoined {
-            self.leader_id = self
-                .members
-                .iter()
-                .find(|m| m.awaiting_join.is_some())
-                .map(|m| m.member_id.clone());
+            self.leader_id = self.members.iter().find(|m| m.awaiting_join.is_some()).map(|m| m.member_id.clone());
         }
         self.generation_id = self.generation_id.checked_add(1).unwrap_or(1);
         self.pending_sync.clear();
@@ -671,30 +588,16 @@ impl Group {
     }
 
     fn fail_joined_members(&mut self, ctx: &mut Ctx) {
-        let joined: Vec<String> = self
-            .members
-            .iter()
-            .filter(|m| m.awaiting_join.is_some())
-            .map(|m| m.member_id.clone())
-            .collect();
+        let joined: Vec<String> =
+            self.members.iter().filter(|m| m.awaiting_join.is_some()).map(|m| m.member_id.clone()).collect();
         for member_id in &joined {
-            if let Some(to) = self
-                .member_mut(member_id)
-                .and_then(|m| m.awaiting_join.take())
-            {
-                let response = JoinGroupResponse::error(
-                    member_id.clone(),
-                    ErrorCode::InconsistentGroupProtocol,
-                );
+            if let Some(to) = self.member_mut(member_id).and_then(|m| m.awaiting_join.take()) {
+                let response = JoinGroupResponse::error(member_id.clone(), ErrorCode::InconsistentGroupProtocol);
                 ctx.reply_join(to, response);
             }
             self.remove_member(ctx, member_id);
         }
-        self.state = if self.members.is_empty() {
-            GroupState::Empty
-        } else {
-            GroupState::Stable
-        };
+        self.state = if self.members.is_empty() { GroupState::Empty } else { GroupState::Stable };
         self.maybe_prepare_rebalance(ctx);
     }
 
@@ -728,11 +631,7 @@ impl Group {
     /// The longest rebalance timeout among the members: how long a
     /// rebalance waits for everyone.
     fn rebalance_timeout_ms(&self) -> u64 {
-        self.members
-            .iter()
-            .map(|m| m.rebalance_timeout_ms)
-            .max()
-            .unwrap_or(0)
+        self.members.iter().map(|m| m.rebalance_timeout_ms).max().unwrap_or(0)
     }
 
     // ---- SyncGroup -------------------------------------------------------
@@ -744,38 +643,22 @@ impl Group {
             return;
         }
         if request.generation_id != self.generation_id {
-            ctx.reply_sync(
-                reply_to,
-                SyncGroupResponse::error(ErrorCode::IllegalGeneration),
-            );
+            ctx.reply_sync(reply_to, SyncGroupResponse::error(ErrorCode::IllegalGeneration));
             return;
         }
         match self.state {
             GroupState::Empty | GroupState::Dead => {
-                ctx.reply_sync(
-                    reply_to,
-                    SyncGroupResponse::error(ErrorCode::UnknownMemberId),
-                );
+                ctx.reply_sync(reply_to, SyncGroupResponse::error(ErrorCode::UnknownMemberId));
             }
             GroupState::PreparingRebalance => {
-                ctx.reply_sync(
-                    reply_to,
-                    SyncGroupResponse::error(ErrorCode::RebalanceInProgress),
-                );
+                ctx.reply_sync(reply_to, SyncGroupResponse::error(ErrorCode::RebalanceInProgress));
             }
             GroupState::CompletingRebalance => self.sync_completing(ctx, reply_to, request),
             GroupState::Stable => {
                 self.pending_sync.remove(member_id);
                 self.touch(ctx.now_ms, member_id);
-                let assignment = self
-                    .member(member_id)
-                    .map(|m| m.assignment.clone())
-                    .unwrap_or_default();
-                let response = SyncGroupResponse {
-                    throttle_time_ms: 0,
-                    error: ErrorCode::None,
-                    assignment,
-                };
+                let assignment = self.member(member_id).map(|m| m.assignment.clone()).unwrap_or_default();
+                let response = SyncGroupResponse { throttle_time_ms: 0, error: ErrorCode::None, assignment };
                 ctx.reply_sync(reply_to, response);
                 self.clear_sync_deadline_when_all_synced();
             }
@@ -787,10 +670,7 @@ impl Group {
         let member_id = request.member_id;
         let is_leader = self.is_leader(&member_id);
         if is_leader && !self.assignments_fit(&request.assignments, ctx.config) {
-            ctx.reply_sync(
-                reply_to,
-                SyncGroupResponse::error(ErrorCode::InvalidRequest),
-            );
+            ctx.reply_sync(reply_to, SyncGroupResponse::error(ErrorCode::InvalidRequest));
             return;
         }
         let now_ms = ctx.now_ms;
@@ -799,10 +679,7 @@ impl Group {
         };
         member.last_heartbeat_ms = now_ms;
         if let Some(superseded) = member.awaiting_sync.replace(reply_to) {
-            ctx.reply_sync(
-                superseded,
-                SyncGroupResponse::error(ErrorCode::RebalanceInProgress),
-            );
+            ctx.reply_sync(superseded, SyncGroupResponse::error(ErrorCode::RebalanceInProgress));
         }
         self.pending_sync.remove(&member_id);
         if is_leader {
@@ -814,25 +691,13 @@ impl Group {
 
     fn assignments_fit(&self, assignments: &[SyncGroupAssignment], config: &GroupConfig) -> bool {
         assignments.len() <= config.members_per_group_max
-            && assignments
-                .iter()
-                .all(|a| a.assignment.len() <= config.assignment_bytes_max)
+            && assignments.iter().all(|a| a.assignment.len() <= config.assignment_bytes_max)
     }
 
-    fn set_and_propagate_assignments(
-        &mut self,
-        ctx: &mut Ctx,
-        assignments: Vec<SyncGroupAssignment>,
-    ) {
-        let by_member: HashMap<String, Bytes> = assignments
-            .into_iter()
-            .map(|a| (a.member_id, a.assignment))
-            .collect();
+    fn set_and_propagate_assignments(&mut self, ctx: &mut Ctx, assignments: Vec<SyncGroupAssignment>) {
+        let by_member: HashMap<String, Bytes> = assignments.into_iter().map(|a| (a.member_id, a.assignment)).collect();
         for member in &mut self.members {
-            member.assignment = by_member
-                .get(&member.member_id)
-                .cloned()
-                .unwrap_or_default();
+            member.assignment = by_member.get(&member.member_id).cloned().unwrap_or_default();
             if let Some(to) = member.awaiting_sync.take() {
                 member.last_heartbeat_ms = ctx.now_ms;
                 let response = SyncGroupResponse {
@@ -866,17 +731,9 @@ impl Group {
 
     // ---- Heartbeat -------------------------------------------------------
 
-    pub(crate) fn heartbeat(
-        &mut self,
-        ctx: &mut Ctx,
-        reply_to: ReplyTo,
-        request: HeartbeatRequest,
-    ) {
+    pub(crate) fn heartbeat(&mut self, ctx: &mut Ctx, reply_to: ReplyTo, request: HeartbeatRequest) {
         let error = self.heartbeat_error(ctx.now_ms, &request);
-        ctx.reply(
-            reply_to,
-            GroupResponse::Heartbeat(HeartbeatResponse::new(error)),
-        );
+        ctx.reply(reply_to, GroupResponse::Heartbeat(HeartbeatResponse::new(error)));
     }
 
     fn heartbeat_error(&mut self, now_ms: u64, request: &HeartbeatRequest) -> ErrorCode {
@@ -908,11 +765,8 @@ impl Group {
     /// instance id alone) and answers per member.
     pub(crate) fn leave(&mut self, ctx: &mut Ctx, leaving: &LeavingMember) -> ErrorCode {
         if leaving.member_id.is_empty() {
-            let current = leaving
-                .group_instance_id
-                .as_deref()
-                .and_then(|i| self.static_member_id(i))
-                .map(str::to_owned);
+            let current =
+                leaving.group_instance_id.as_deref().and_then(|i| self.static_member_id(i)).map(str::to_owned);
             let Some(member_id) = current else {
                 return ErrorCode::UnknownMemberId;
             };
@@ -920,14 +774,11 @@ impl Group {
             return ErrorCode::None;
         }
         if self.is_pending(&leaving.member_id) {
-            self.pending_members
-                .retain(|p| p.member_id != leaving.member_id);
+            self.pending_members.retain(|p| p.member_id != leaving.member_id);
             self.try_complete_join(ctx);
             return ErrorCode::None;
         }
-        if let Err(error) =
-            self.check_member(&leaving.member_id, leaving.group_instance_id.as_deref())
-        {
+        if let Err(error) = self.check_member(&leaving.member_id, leaving.group_instance_id.as_deref()) {
             return error;
         }
         self.remove_member_and_rebalance(ctx, &leaving.member_id);
@@ -987,11 +838,8 @@ impl Group {
         }
         // One at a time: each removal can start or finish a rebalance, which
         // refreshes the others' deadlines.
-        while let Some(member_id) = self
-            .members
-            .iter()
-            .find(|m| m.expired(now_ms, ctx.config))
-            .map(|m| m.member_id.clone())
+        while let Some(member_id) =
+            self.members.iter().find(|m| m.expired(now_ms, ctx.config)).map(|m| m.member_id.clone())
         {
             self.remove_member_and_rebalance(ctx, &member_id);
         }
@@ -1005,10 +853,7 @@ impl Group {
     /// its JoinGroup, say) are removed and the group rebalances without them.
     fn expire_pending_sync(&mut self, ctx: &mut Ctx) {
         self.sync_deadline_ms = None;
-        if !matches!(
-            self.state,
-            GroupState::CompletingRebalance | GroupState::Stable
-        ) {
+        if !matches!(self.state, GroupState::CompletingRebalance | GroupState::Stable) {
             return;
         }
         let missing: Vec<String> = std::mem::take(&mut self.pending_sync).into_iter().collect();
@@ -1027,11 +872,7 @@ impl Group {
         };
         let members = self.members.iter().filter_map(|m| m.expiry_ms(config));
         let pending = self.pending_members.iter().map(|p| p.deadline_ms);
-        join.into_iter()
-            .chain(self.sync_deadline_ms)
-            .chain(members)
-            .chain(pending)
-            .min()
+        join.into_iter().chain(self.sync_deadline_ms).chain(members).chain(pending).min()
     }
 
     // ---- Members ---------------------------------------------------------
@@ -1039,9 +880,7 @@ impl Group {
     fn remove_member_and_rebalance(&mut self, ctx: &mut Ctx, member_id: &str) {
         self.remove_member(ctx, member_id);
         match self.state {
-            GroupState::Stable | GroupState::CompletingRebalance => {
-                self.maybe_prepare_rebalance(ctx)
-            }
+            GroupState::Stable | GroupState::CompletingRebalance => self.maybe_prepare_rebalance(ctx),
             GroupState::PreparingRebalance => self.try_complete_join(ctx),
             GroupState::Empty | GroupState::Dead => {}
         }
@@ -1055,10 +894,7 @@ impl Group {
         };
         let member = self.members.remove(index);
         if let Some(to) = member.awaiting_join {
-            ctx.reply_join(
-                to,
-                JoinGroupResponse::error(String::new(), ErrorCode::UnknownMemberId),
-            );
+            ctx.reply_join(to, JoinGroupResponse::error(String::new(), ErrorCode::UnknownMemberId));
         }
         if let Some(to) = member.awaiting_sync {
             ctx.reply_sync(to, SyncGroupResponse::error(ErrorCode::UnknownMemberId));
@@ -1072,11 +908,7 @@ impl Group {
     /// Kafka's `validateCurrentMember`: a known instance id must map to this
     /// member id (else the caller is a fenced zombie), and the member must
     /// exist.
-    pub(crate) fn check_member(
-        &self,
-        member_id: &str,
-        group_instance_id: Option<&str>,
-    ) -> Result<(), ErrorCode> {
+    pub(crate) fn check_member(&self, member_id: &str, group_instance_id: Option<&str>) -> Result<(), ErrorCode> {
         if let Some(instance_id) = group_instance_id {
             return match self.static_member_id(instance_id) {
                 Some(current) if current != member_id => Err(ErrorCode::FencedInstanceId),
@@ -1098,10 +930,7 @@ impl Group {
     }
 
     fn static_member_id(&self, instance_id: &str) -> Option<&str> {
-        self.members
-            .iter()
-            .find(|m| m.group_instance_id.as_deref() == Some(instance_id))
-            .map(|m| m.member_id.as_str())
+        self.members.iter().find(|m| m.group_instance_id.as_deref() == Some(instance_id)).map(|m| m.member_id.as_str())
     }
 
     fn member(&self, member_id: &str) -> Option<&Member> {
@@ -1117,9 +946,7 @@ impl Group {
     }
 
     fn is_pending(&self, member_id: &str) -> bool {
-        self.pending_members
-            .iter()
-            .any(|p| p.member_id == member_id)
+        self.pending_members.iter().any(|p| p.member_id == member_id)
     }
 
     fn is_leader(&self, member_id: &str) -> bool {
@@ -1142,15 +969,8 @@ impl Group {
                 group_instance_id: m.group_instance_id.clone(),
                 client_id: m.client.client_id.clone(),
                 client_host: m.client.client_host.clone(),
-                member_metadata: stable_protocol
-                    .as_deref()
-                    .map(|p| m.metadata_for(p))
-                    .unwrap_or_default(),
-                member_assignment: if stable_protocol.is_some() {
-                    m.assignment.clone()
-                } else {
-                    Bytes::new()
-                },
+                member_metadata: stable_protocol.as_deref().map(|p| m.metadata_for(p)).unwrap_or_default(),
+                member_assignment: if stable_protocol.is_some() { m.assignment.clone() } else { Bytes::new() },
             })
             .collect();
         DescribedGroup {

@@ -21,11 +21,7 @@ const SESSION_MS: i32 = 10_000;
 const REBALANCE_MS: i32 = 30_000;
 
 fn config() -> GroupConfig {
-    GroupConfig {
-        initial_rebalance_delay_ms: 0,
-        member_id_seed: 0xab,
-        ..GroupConfig::default()
-    }
+    GroupConfig { initial_rebalance_delay_ms: 0, member_id_seed: 0xab, ..GroupConfig::default() }
 }
 
 struct Harness {
@@ -64,16 +60,10 @@ impl Harness {
         for command in self.coordinator.step(self.now_ms, event) {
             match command {
                 GroupCommand::Reply { to, response } => {
-                    assert!(
-                        self.waiting.remove(&to),
-                        "reply to {to:?}, which is not waiting: {response:?}"
-                    );
+                    assert!(self.waiting.remove(&to), "reply to {to:?}, which is not waiting: {response:?}");
                     self.replies.insert(to, response);
                 }
-                GroupCommand::PersistOffsets {
-                    persist_id,
-                    records,
-                } => self.writes.push((persist_id, records)),
+                GroupCommand::PersistOffsets { persist_id, records } => self.writes.push((persist_id, records)),
             }
         }
     }
@@ -89,25 +79,12 @@ impl Harness {
 
     fn join(&mut self, request: JoinGroupRequest, api_version: i16) -> ReplyTo {
         let reply_to = self.token();
-        let client = ClientInfo {
-            client_id: "client".into(),
-            client_host: "/127.0.0.1".into(),
-        };
-        self.step(GroupEvent::Join {
-            reply_to,
-            api_version,
-            client,
-            request,
-        });
+        let client = ClientInfo { client_id: "client".into(), client_host: "/127.0.0.1".into() };
+        self.step(GroupEvent::Join { reply_to, api_version, client, request });
         reply_to
     }
 
-    fn sync(
-        &mut self,
-        member_id: &str,
-        generation_id: i32,
-        assignments: &[(&str, &[u8])],
-    ) -> ReplyTo {
+    fn sync(&mut self, member_id: &str, generation_id: i32, assignments: &[(&str, &[u8])]) -> ReplyTo {
         let reply_to = self.token();
         let request = SyncGroupRequest {
             group_id: GROUP.into(),
@@ -126,12 +103,7 @@ impl Harness {
         reply_to
     }
 
-    fn heartbeat_as(
-        &mut self,
-        member_id: &str,
-        instance_id: Option<&str>,
-        generation_id: i32,
-    ) -> ErrorCode {
+    fn heartbeat_as(&mut self, member_id: &str, instance_id: Option<&str>, generation_id: i32) -> ErrorCode {
         let reply_to = self.token();
         let request = HeartbeatRequest {
             group_id: GROUP.into(),
@@ -152,11 +124,7 @@ impl Harness {
 
     fn leave(&mut self, api_version: i16, request: LeaveGroupRequest) -> LeaveGroupResponse {
         let reply_to = self.token();
-        self.step(GroupEvent::Leave {
-            reply_to,
-            api_version,
-            request,
-        });
+        self.step(GroupEvent::Leave { reply_to, api_version, request });
         match self.replies.remove(&reply_to) {
             Some(GroupResponse::Leave(response)) => response,
             other => panic!("expected a LeaveGroup reply, got {other:?}"),
@@ -171,9 +139,7 @@ impl Harness {
 
     fn delete(&mut self, groups: &[&str]) -> ReplyTo {
         let reply_to = self.token();
-        let request = DeleteGroupsRequest {
-            groups_names: groups.iter().map(|g| (*g).to_owned()).collect(),
-        };
+        let request = DeleteGroupsRequest { groups_names: groups.iter().map(|g| (*g).to_owned()).collect() };
         self.step(GroupEvent::DeleteGroups { reply_to, request });
         reply_to
     }
@@ -183,10 +149,7 @@ impl Harness {
     }
 
     fn last_write(&self) -> (PersistId, Vec<OffsetRecord>) {
-        self.writes
-            .last()
-            .cloned()
-            .expect("a PersistOffsets command")
+        self.writes.last().cloned().expect("a PersistOffsets command")
     }
 
     fn joined(&mut self, to: ReplyTo) -> JoinGroupResponse {
@@ -224,10 +187,7 @@ impl Harness {
     fn fetch(&self, topic: &str, partitions: &[i32]) -> Vec<(i32, i64, Option<String>)> {
         let request = OffsetFetchRequest {
             group_id: GROUP.into(),
-            topics: Some(vec![OffsetFetchTopic {
-                name: topic.into(),
-                partition_indexes: partitions.to_vec(),
-            }]),
+            topics: Some(vec![OffsetFetchTopic { name: topic.into(), partition_indexes: partitions.to_vec() }]),
         };
         let response = self.coordinator.fetch_offsets(&request);
         response.topics[0]
@@ -239,10 +199,7 @@ impl Harness {
 }
 
 fn protocol(name: &str, metadata: &[u8]) -> JoinGroupProtocol {
-    JoinGroupProtocol {
-        name: name.into(),
-        metadata: Bytes::copy_from_slice(metadata),
-    }
+    JoinGroupProtocol { name: name.into(), metadata: Bytes::copy_from_slice(metadata) }
 }
 
 fn join_request(member_id: &str) -> JoinGroupRequest {
@@ -253,25 +210,15 @@ fn join_request(member_id: &str) -> JoinGroupRequest {
         member_id: member_id.into(),
         group_instance_id: None,
         protocol_type: "consumer".into(),
-        protocols: vec![
-            protocol("range", b"meta-range"),
-            protocol("roundrobin", b"meta-rr"),
-        ],
+        protocols: vec![protocol("range", b"meta-range"), protocol("roundrobin", b"meta-rr")],
     }
 }
 
 fn static_join_request(member_id: &str, instance_id: &str) -> JoinGroupRequest {
-    JoinGroupRequest {
-        group_instance_id: Some(instance_id.into()),
-        ..join_request(member_id)
-    }
+    JoinGroupRequest { group_instance_id: Some(instance_id.into()), ..join_request(member_id) }
 }
 
-fn commit_request(
-    generation_id: i32,
-    member_id: &str,
-    offsets: &[(i32, i64)],
-) -> OffsetCommitRequest {
+fn commit_request(generation_id: i32, member_id: &str, offsets: &[(i32, i64)]) -> OffsetCommitRequest {
     OffsetCommitRequest {
         group_id: GROUP.into(),
         generation_id,
@@ -282,25 +229,19 @@ fn commit_request(
             name: "payments".into(),
             partitions: offsets
                 .iter()
-                .map(
-                    |&(partition_index, committed_offset)| OffsetCommitPartition {
-                        partition_index,
-                        committed_offset,
-                        committed_leader_epoch: 4,
-                        committed_metadata: Some(format!("at-{committed_offset}")),
-                    },
-                )
+                .map(|&(partition_index, committed_offset)| OffsetCommitPartition {
+                    partition_index,
+                    committed_offset,
+                    committed_leader_epoch: 4,
+                    committed_metadata: Some(format!("at-{committed_offset}")),
+                })
                 .collect(),
         }],
     }
 }
 
 fn errors(response: &OffsetCommitResponse) -> Vec<ErrorCode> {
-    response
-        .topics
-        .iter()
-        .flat_map(|t| t.partitions.iter().map(|p| p.error))
-        .collect()
+    response.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error)).collect()
 }
 
 /// A group after one completed rebalance: who is in it, in join order.
@@ -321,13 +262,7 @@ fn form_group_of(h: &mut Harness, requests: Vec<JoinGroupRequest>) -> Formed {
         if let Some(GroupResponse::Join(first)) = h.replies.get(&newcomer) {
             if first.error == ErrorCode::MemberIdRequired {
                 let member_id = h.joined(newcomer).member_id;
-                newcomer = h.join(
-                    JoinGroupRequest {
-                        member_id,
-                        ..request
-                    },
-                    5,
-                );
+                newcomer = h.join(JoinGroupRequest { member_id, ..request }, 5);
             }
         }
         let rejoins: Vec<ReplyTo> = members
@@ -348,11 +283,7 @@ fn form_group_of(h: &mut Harness, requests: Vec<JoinGroupRequest>) -> Formed {
         last = Some(response);
     }
     let last = last.expect("at least one member");
-    Formed {
-        generation: last.generation_id,
-        leader: last.leader,
-        members,
-    }
+    Formed { generation: last.generation_id, leader: last.leader, members }
 }
 
 /// A Stable group of `count` dynamic members; the leader assigned each
@@ -364,15 +295,9 @@ fn stable_group(h: &mut Harness, count: usize) -> Formed {
 }
 
 fn sync_everyone(h: &mut Harness, formed: &Formed) {
-    let labels: Vec<String> = (0..formed.members.len())
-        .map(|i| format!("assignment-{i}"))
-        .collect();
-    let assignments: Vec<(&str, &[u8])> = formed
-        .members
-        .iter()
-        .zip(&labels)
-        .map(|(id, label)| (id.as_str(), label.as_bytes()))
-        .collect();
+    let labels: Vec<String> = (0..formed.members.len()).map(|i| format!("assignment-{i}")).collect();
+    let assignments: Vec<(&str, &[u8])> =
+        formed.members.iter().zip(&labels).map(|(id, label)| (id.as_str(), label.as_bytes())).collect();
     let mut tokens = Vec::new();
     for id in formed.members.iter().filter(|id| **id != formed.leader) {
         tokens.push(h.sync(id, formed.generation, &[]));
@@ -397,10 +322,7 @@ fn first_join_with_no_initial_delay_completes_at_once_and_the_joiner_leads() {
     assert_eq!(response.protocol_name, "range");
     assert!(response.member_id.starts_with("client-ab-"));
     assert_eq!(response.members.len(), 1);
-    assert_eq!(
-        response.members[0].metadata,
-        Bytes::from_static(b"meta-range")
-    );
+    assert_eq!(response.members[0].metadata, Bytes::from_static(b"meta-range"));
     assert_eq!(h.state(), GroupState::CompletingRebalance);
 }
 
@@ -442,10 +364,7 @@ fn join_is_held_until_every_known_member_rejoins() {
     let leader_join = h.join(join_request(leader), 5);
     assert!(h.is_held(leader_join));
     assert_eq!(h.state(), GroupState::PreparingRebalance);
-    assert_eq!(
-        h.heartbeat(follower, formed.generation),
-        ErrorCode::RebalanceInProgress
-    );
+    assert_eq!(h.heartbeat(follower, formed.generation), ErrorCode::RebalanceInProgress);
     h.advance(5_000);
     assert!(h.is_held(leader_join));
 
@@ -455,11 +374,7 @@ fn join_is_held_until_every_known_member_rejoins() {
     assert_eq!(leader_response.generation_id, formed.generation + 1);
     assert_eq!(follower_response.generation_id, formed.generation + 1);
     assert_eq!(follower_response.leader, *leader);
-    let listed: Vec<&str> = leader_response
-        .members
-        .iter()
-        .map(|m| m.member_id.as_str())
-        .collect();
+    let listed: Vec<&str> = leader_response.members.iter().map(|m| m.member_id.as_str()).collect();
     assert_eq!(listed, [leader.as_str(), follower.as_str()]);
     assert!(follower_response.members.is_empty());
     assert_eq!(h.state(), GroupState::CompletingRebalance);
@@ -475,10 +390,7 @@ fn rebalance_timeout_removes_members_that_did_not_rejoin() {
     // The follower keeps its session alive but never rejoins.
     for _ in 0..9 {
         h.advance(3_000);
-        assert_eq!(
-            h.heartbeat(follower, formed.generation),
-            ErrorCode::RebalanceInProgress
-        );
+        assert_eq!(h.heartbeat(follower, formed.generation), ErrorCode::RebalanceInProgress);
         assert!(h.is_held(leader_join));
     }
     h.advance(3_000);
@@ -486,18 +398,12 @@ fn rebalance_timeout_removes_members_that_did_not_rejoin() {
     assert_eq!(response.error, ErrorCode::None);
     assert_eq!(response.generation_id, formed.generation + 1);
     assert_eq!(response.members.len(), 1);
-    assert_eq!(
-        h.heartbeat(follower, response.generation_id),
-        ErrorCode::UnknownMemberId
-    );
+    assert_eq!(h.heartbeat(follower, response.generation_id), ErrorCode::UnknownMemberId);
 }
 
 #[test]
 fn initial_rebalance_delay_collects_joins_and_extends_while_members_arrive() {
-    let mut h = Harness::with(GroupConfig {
-        initial_rebalance_delay_ms: 3_000,
-        ..config()
-    });
+    let mut h = Harness::with(GroupConfig { initial_rebalance_delay_ms: 3_000, ..config() });
     let first = h.join(join_request(""), 3);
     h.advance(1_000);
     let second = h.join(join_request(""), 3);
@@ -518,10 +424,7 @@ fn initial_rebalance_delay_collects_joins_and_extends_while_members_arrive() {
 
 #[test]
 fn initial_rebalance_delay_ends_on_time_when_nobody_else_arrives() {
-    let mut h = Harness::with(GroupConfig {
-        initial_rebalance_delay_ms: 3_000,
-        ..config()
-    });
+    let mut h = Harness::with(GroupConfig { initial_rebalance_delay_ms: 3_000, ..config() });
     let only = h.join(join_request(""), 3);
     h.advance(2_999);
     assert!(h.is_held(only));
@@ -532,39 +435,20 @@ fn initial_rebalance_delay_ends_on_time_when_nobody_else_arrives() {
 #[test]
 fn protocol_selection_takes_a_common_protocol_in_the_members_preference_order() {
     let cases: [(&[&str], &[&str], &str); 4] = [
-        (
-            &["roundrobin", "range"],
-            &["roundrobin", "range"],
-            "roundrobin",
-        ),
+        (&["roundrobin", "range"], &["roundrobin", "range"], "roundrobin"),
         (&["sticky", "range"], &["range", "roundrobin"], "range"),
-        (
-            &["roundrobin", "range"],
-            &["range", "roundrobin"],
-            "roundrobin",
-        ),
+        (&["roundrobin", "range"], &["range", "roundrobin"], "roundrobin"),
         (&["range", "roundrobin"], &["roundrobin", "range"], "range"),
     ];
     for (first, second, expected) in cases {
-        let mut h = Harness::with(GroupConfig {
-            initial_rebalance_delay_ms: 100,
-            ..config()
-        });
+        let mut h = Harness::with(GroupConfig { initial_rebalance_delay_ms: 100, ..config() });
         let tokens: Vec<ReplyTo> = [first, second]
             .iter()
             .enumerate()
             .map(|(index, names)| {
-                let protocols = names
-                    .iter()
-                    .map(|name| protocol(name, format!("m{index}-{name}").as_bytes()))
-                    .collect();
-                h.join(
-                    JoinGroupRequest {
-                        protocols,
-                        ..join_request("")
-                    },
-                    3,
-                )
+                let protocols =
+                    names.iter().map(|name| protocol(name, format!("m{index}-{name}").as_bytes())).collect();
+                h.join(JoinGroupRequest { protocols, ..join_request("") }, 3)
             })
             .collect();
         h.advance(200);
@@ -572,9 +456,7 @@ fn protocol_selection_takes_a_common_protocol_in_the_members_preference_order() 
         h.joined(tokens[1]);
         assert_eq!(leader.protocol_name, expected, "{first:?} / {second:?}");
         let metadata: Vec<Bytes> = leader.members.iter().map(|m| m.metadata.clone()).collect();
-        let wanted: Vec<Bytes> = (0..2)
-            .map(|i| Bytes::from(format!("m{i}-{expected}")))
-            .collect();
+        let wanted: Vec<Bytes> = (0..2).map(|i| Bytes::from(format!("m{i}-{expected}"))).collect();
         assert_eq!(metadata, wanted);
     }
 }
@@ -583,13 +465,7 @@ fn protocol_selection_takes_a_common_protocol_in_the_members_preference_order() 
 fn join_with_another_protocol_type_is_inconsistent_group_protocol() {
     let mut h = Harness::new();
     h.join(join_request(""), 3);
-    let to = h.join(
-        JoinGroupRequest {
-            protocol_type: "connect".into(),
-            ..join_request("")
-        },
-        3,
-    );
+    let to = h.join(JoinGroupRequest { protocol_type: "connect".into(), ..join_request("") }, 3);
     let response = h.joined(to);
     assert_eq!(response.error, ErrorCode::InconsistentGroupProtocol);
     assert_eq!(response.member_id, "");
@@ -599,22 +475,9 @@ fn join_with_another_protocol_type_is_inconsistent_group_protocol() {
 fn join_with_no_protocol_in_common_is_inconsistent_group_protocol() {
     let mut h = Harness::new();
     h.join(join_request(""), 3);
-    let to = h.join(
-        JoinGroupRequest {
-            protocols: vec![protocol("sticky", b"")],
-            ..join_request("")
-        },
-        3,
-    );
+    let to = h.join(JoinGroupRequest { protocols: vec![protocol("sticky", b"")], ..join_request("") }, 3);
     assert_eq!(h.joined(to).error, ErrorCode::InconsistentGroupProtocol);
-    let to = h.join(
-        JoinGroupRequest {
-            protocols: Vec::new(),
-            group_id: "fresh".into(),
-            ..join_request("")
-        },
-        3,
-    );
+    let to = h.join(JoinGroupRequest { protocols: Vec::new(), group_id: "fresh".into(), ..join_request("") }, 3);
     assert_eq!(h.joined(to).error, ErrorCode::InconsistentGroupProtocol);
 }
 
@@ -622,26 +485,10 @@ fn join_with_no_protocol_in_common_is_inconsistent_group_protocol() {
 fn session_timeout_outside_the_configured_bounds_is_invalid_session_timeout() {
     let mut h = Harness::new();
     for session_timeout_ms in [5_999, 1_800_001, -1] {
-        let to = h.join(
-            JoinGroupRequest {
-                session_timeout_ms,
-                ..join_request("")
-            },
-            3,
-        );
-        assert_eq!(
-            h.joined(to).error,
-            ErrorCode::InvalidSessionTimeout,
-            "{session_timeout_ms}"
-        );
+        let to = h.join(JoinGroupRequest { session_timeout_ms, ..join_request("") }, 3);
+        assert_eq!(h.joined(to).error, ErrorCode::InvalidSessionTimeout, "{session_timeout_ms}");
     }
-    let to = h.join(
-        JoinGroupRequest {
-            session_timeout_ms: 6_000,
-            ..join_request("")
-        },
-        3,
-    );
+    let to = h.join(JoinGroupRequest { session_timeout_ms: 6_000, ..join_request("") }, 3);
     assert_eq!(h.joined(to).error, ErrorCode::None);
 }
 
@@ -659,46 +506,24 @@ fn join_with_an_unknown_member_id_is_unknown_member_id() {
 #[test]
 fn empty_group_id_is_invalid_group_id_for_membership_requests() {
     let mut h = Harness::new();
-    let to = h.join(
-        JoinGroupRequest {
-            group_id: String::new(),
-            ..join_request("")
-        },
-        3,
-    );
+    let to = h.join(JoinGroupRequest { group_id: String::new(), ..join_request("") }, 3);
     assert_eq!(h.joined(to).error, ErrorCode::InvalidGroupId);
     let reply_to = h.token();
-    let request = HeartbeatRequest {
-        group_id: String::new(),
-        generation_id: 1,
-        member_id: "m".into(),
-        group_instance_id: None,
-    };
+    let request =
+        HeartbeatRequest { group_id: String::new(), generation_id: 1, member_id: "m".into(), group_instance_id: None };
     h.step(GroupEvent::Heartbeat { reply_to, request });
     assert_eq!(
         h.replies.remove(&reply_to),
-        Some(GroupResponse::Heartbeat(HeartbeatResponse::new(
-            ErrorCode::InvalidGroupId
-        )))
+        Some(GroupResponse::Heartbeat(HeartbeatResponse::new(ErrorCode::InvalidGroupId)))
     );
-    let response = h.leave(
-        0,
-        LeaveGroupRequest {
-            group_id: String::new(),
-            member_id: "m".into(),
-            members: Vec::new(),
-        },
-    );
+    let response =
+        h.leave(0, LeaveGroupRequest { group_id: String::new(), member_id: "m".into(), members: Vec::new() });
     assert_eq!(response.error, ErrorCode::InvalidGroupId);
 }
 
 #[test]
 fn group_at_its_size_limit_refuses_new_members() {
-    let mut h = Harness::with(GroupConfig {
-        members_per_group_max: 2,
-        initial_rebalance_delay_ms: 100,
-        ..config()
-    });
+    let mut h = Harness::with(GroupConfig { members_per_group_max: 2, initial_rebalance_delay_ms: 100, ..config() });
     let first = h.join(join_request(""), 3);
     let second = h.join(join_request(""), 3);
     let third = h.join(join_request(""), 3);
@@ -710,14 +535,8 @@ fn group_at_its_size_limit_refuses_new_members() {
 
 #[test]
 fn oversized_member_metadata_is_refused() {
-    let mut h = Harness::with(GroupConfig {
-        member_metadata_bytes_max: 16,
-        ..config()
-    });
-    let big = JoinGroupRequest {
-        protocols: vec![protocol("range", &[7u8; 17])],
-        ..join_request("")
-    };
+    let mut h = Harness::with(GroupConfig { member_metadata_bytes_max: 16, ..config() });
+    let big = JoinGroupRequest { protocols: vec![protocol("range", &[7u8; 17])], ..join_request("") };
     let to = h.join(big, 3);
     assert_eq!(h.joined(to).error, ErrorCode::InvalidRequest);
 }
@@ -738,10 +557,8 @@ fn follower_rejoin_with_unchanged_metadata_in_stable_gets_the_current_generation
 fn follower_rejoin_with_changed_metadata_starts_a_rebalance() {
     let mut h = Harness::new();
     let formed = stable_group(&mut h, 2);
-    let changed = JoinGroupRequest {
-        protocols: vec![protocol("range", b"new-topics")],
-        ..join_request(&formed.members[1])
-    };
+    let changed =
+        JoinGroupRequest { protocols: vec![protocol("range", b"new-topics")], ..join_request(&formed.members[1]) };
     let to = h.join(changed, 5);
     assert!(h.is_held(to));
     assert_eq!(h.state(), GroupState::PreparingRebalance);
@@ -770,19 +587,9 @@ fn follower_sync_waits_for_the_leader_and_assignments_are_relayed_unread() {
     assert!(h.is_held(follower_sync));
 
     let opaque: &[u8] = &[0, 255, 1, 254, b'x'];
-    let leader_sync = h.sync(
-        &leader,
-        formed.generation,
-        &[(follower.as_str(), opaque), (leader.as_str(), b"mine")],
-    );
-    assert_eq!(
-        h.synced(follower_sync).assignment,
-        Bytes::from_static(opaque)
-    );
-    assert_eq!(
-        h.synced(leader_sync).assignment,
-        Bytes::from_static(b"mine")
-    );
+    let leader_sync = h.sync(&leader, formed.generation, &[(follower.as_str(), opaque), (leader.as_str(), b"mine")]);
+    assert_eq!(h.synced(follower_sync).assignment, Bytes::from_static(opaque));
+    assert_eq!(h.synced(leader_sync).assignment, Bytes::from_static(b"mine"));
     assert_eq!(h.state(), GroupState::Stable);
 }
 
@@ -791,11 +598,7 @@ fn member_left_out_of_the_leader_assignment_gets_an_empty_one() {
     let mut h = Harness::new();
     let formed = form_group_of(&mut h, vec![join_request(""), join_request("")]);
     let follower_sync = h.sync(&formed.members[1], formed.generation, &[]);
-    h.sync(
-        &formed.leader,
-        formed.generation,
-        &[(formed.leader.as_str(), b"all")],
-    );
+    h.sync(&formed.leader, formed.generation, &[(formed.leader.as_str(), b"all")]);
     let response = h.synced(follower_sync);
     assert_eq!(response.error, ErrorCode::None);
     assert!(response.assignment.is_empty());
@@ -834,10 +637,7 @@ fn held_sync_is_answered_rebalance_in_progress_when_a_new_member_joins() {
     let formed = form_group_of(&mut h, vec![join_request(""), join_request("")]);
     let follower_sync = h.sync(&formed.members[1], formed.generation, &[]);
     let newcomer = h.join(join_request(""), 3);
-    assert_eq!(
-        h.synced(follower_sync).error,
-        ErrorCode::RebalanceInProgress
-    );
+    assert_eq!(h.synced(follower_sync).error, ErrorCode::RebalanceInProgress);
     assert!(h.is_held(newcomer));
     assert_eq!(h.state(), GroupState::PreparingRebalance);
 }
@@ -855,14 +655,8 @@ fn leader_that_never_syncs_is_removed_after_the_rebalance_timeout() {
     }
     assert!(h.is_held(follower_sync));
     h.advance(3_000);
-    assert_eq!(
-        h.synced(follower_sync).error,
-        ErrorCode::RebalanceInProgress
-    );
-    assert_eq!(
-        h.heartbeat(&leader, formed.generation),
-        ErrorCode::UnknownMemberId
-    );
+    assert_eq!(h.synced(follower_sync).error, ErrorCode::RebalanceInProgress);
+    assert_eq!(h.heartbeat(&leader, formed.generation), ErrorCode::UnknownMemberId);
     let rejoin = h.join(join_request(&follower), 5);
     let response = h.joined(rejoin);
     assert_eq!(response.leader, follower);
@@ -883,14 +677,8 @@ fn sync_in_stable_returns_the_stored_assignment() {
 fn heartbeat_with_a_wrong_generation_is_illegal_generation() {
     let mut h = Harness::new();
     let formed = stable_group(&mut h, 1);
-    assert_eq!(
-        h.heartbeat(&formed.leader, formed.generation - 1),
-        ErrorCode::IllegalGeneration
-    );
-    assert_eq!(
-        h.heartbeat(&formed.leader, formed.generation),
-        ErrorCode::None
-    );
+    assert_eq!(h.heartbeat(&formed.leader, formed.generation - 1), ErrorCode::IllegalGeneration);
+    assert_eq!(h.heartbeat(&formed.leader, formed.generation), ErrorCode::None);
 }
 
 #[test]
@@ -898,10 +686,7 @@ fn heartbeat_from_an_unknown_member_is_unknown_member_id() {
     let mut h = Harness::new();
     assert_eq!(h.heartbeat("ghost", 1), ErrorCode::UnknownMemberId);
     let formed = stable_group(&mut h, 1);
-    assert_eq!(
-        h.heartbeat("ghost", formed.generation),
-        ErrorCode::UnknownMemberId
-    );
+    assert_eq!(h.heartbeat("ghost", formed.generation), ErrorCode::UnknownMemberId);
 }
 
 #[test]
@@ -909,10 +694,7 @@ fn heartbeat_while_waiting_for_the_leader_assignment_is_accepted() {
     let mut h = Harness::new();
     let formed = form_group_of(&mut h, vec![join_request(""), join_request("")]);
     assert_eq!(h.state(), GroupState::CompletingRebalance);
-    assert_eq!(
-        h.heartbeat(&formed.members[1], formed.generation),
-        ErrorCode::None
-    );
+    assert_eq!(h.heartbeat(&formed.members[1], formed.generation), ErrorCode::None);
 }
 
 #[test]
@@ -921,20 +703,14 @@ fn heartbeats_push_the_session_deadline_out() {
     let formed = stable_group(&mut h, 1);
     for _ in 0..10 {
         h.advance(9_000);
-        assert_eq!(
-            h.heartbeat(&formed.leader, formed.generation),
-            ErrorCode::None
-        );
+        assert_eq!(h.heartbeat(&formed.leader, formed.generation), ErrorCode::None);
     }
     h.advance(9_999);
     assert_eq!(h.state(), GroupState::Stable);
     h.advance(1);
     // Expired; with no offsets the Empty group is then forgotten.
     assert_eq!(h.state(), GroupState::Dead);
-    assert_eq!(
-        h.heartbeat(&formed.leader, formed.generation),
-        ErrorCode::UnknownMemberId
-    );
+    assert_eq!(h.heartbeat(&formed.leader, formed.generation), ErrorCode::UnknownMemberId);
 }
 
 #[test]
@@ -948,17 +724,11 @@ fn missed_heartbeats_expire_the_member_and_rebalance_the_rest() {
     }
     h.advance(1_000);
     assert_eq!(h.state(), GroupState::PreparingRebalance);
-    assert_eq!(
-        h.heartbeat(alive, formed.generation),
-        ErrorCode::RebalanceInProgress
-    );
+    assert_eq!(h.heartbeat(alive, formed.generation), ErrorCode::RebalanceInProgress);
     let to = h.join(join_request(alive), 5);
     let response = h.joined(to);
     assert_eq!(response.members.len(), 1);
-    assert_eq!(
-        h.heartbeat(silent, formed.generation),
-        ErrorCode::UnknownMemberId
-    );
+    assert_eq!(h.heartbeat(silent, formed.generation), ErrorCode::UnknownMemberId);
 }
 
 // ---- LeaveGroup ------------------------------------------------------------
@@ -969,74 +739,42 @@ fn leave_v0_removes_the_member_and_rebalances_at_once() {
     let formed = stable_group(&mut h, 2);
     let response = h.leave(
         0,
-        LeaveGroupRequest {
-            group_id: GROUP.into(),
-            member_id: formed.members[1].clone(),
-            members: Vec::new(),
-        },
+        LeaveGroupRequest { group_id: GROUP.into(), member_id: formed.members[1].clone(), members: Vec::new() },
     );
     assert_eq!(response.error, ErrorCode::None);
     assert!(response.members.is_empty());
-    assert_eq!(
-        h.heartbeat(&formed.members[0], formed.generation),
-        ErrorCode::RebalanceInProgress
-    );
+    assert_eq!(h.heartbeat(&formed.members[0], formed.generation), ErrorCode::RebalanceInProgress);
 }
 
 #[test]
 fn leave_v0_of_an_unknown_member_reports_the_error_at_the_top() {
     let mut h = Harness::new();
     stable_group(&mut h, 1);
-    let request = LeaveGroupRequest {
-        group_id: GROUP.into(),
-        member_id: "ghost".into(),
-        members: Vec::new(),
-    };
-    assert_eq!(
-        h.leave(2, request.clone()).error,
-        ErrorCode::UnknownMemberId
-    );
-    let request = LeaveGroupRequest {
-        group_id: "missing".into(),
-        ..request
-    };
+    let request = LeaveGroupRequest { group_id: GROUP.into(), member_id: "ghost".into(), members: Vec::new() };
+    assert_eq!(h.leave(2, request.clone()).error, ErrorCode::UnknownMemberId);
+    let request = LeaveGroupRequest { group_id: "missing".into(), ..request };
     assert_eq!(h.leave(1, request).error, ErrorCode::UnknownMemberId);
 }
 
 #[test]
 fn leave_v3_answers_per_member_and_removes_a_static_member_by_instance_id() {
     let mut h = Harness::new();
-    let formed = form_group_of(
-        &mut h,
-        vec![join_request(""), static_join_request("", "host-s")],
-    );
+    let formed = form_group_of(&mut h, vec![join_request(""), static_join_request("", "host-s")]);
     sync_everyone(&mut h, &formed);
     let request = LeaveGroupRequest {
         group_id: GROUP.into(),
         member_id: String::new(),
         members: vec![
-            LeavingMember {
-                member_id: String::new(),
-                group_instance_id: Some("host-s".into()),
-            },
-            LeavingMember {
-                member_id: "ghost".into(),
-                group_instance_id: None,
-            },
+            LeavingMember { member_id: String::new(), group_instance_id: Some("host-s".into()) },
+            LeavingMember { member_id: "ghost".into(), group_instance_id: None },
         ],
     };
     let response = h.leave(3, request);
     assert_eq!(response.error, ErrorCode::None);
     let errors: Vec<ErrorCode> = response.members.iter().map(|m| m.error).collect();
     assert_eq!(errors, [ErrorCode::None, ErrorCode::UnknownMemberId]);
-    assert_eq!(
-        response.members[0].group_instance_id.as_deref(),
-        Some("host-s")
-    );
-    assert_eq!(
-        h.heartbeat(&formed.members[1], formed.generation),
-        ErrorCode::UnknownMemberId
-    );
+    assert_eq!(response.members[0].group_instance_id.as_deref(), Some("host-s"));
+    assert_eq!(h.heartbeat(&formed.members[1], formed.generation), ErrorCode::UnknownMemberId);
     assert_eq!(h.state(), GroupState::PreparingRebalance);
 }
 
@@ -1044,17 +782,12 @@ fn leave_v3_answers_per_member_and_removes_a_static_member_by_instance_id() {
 fn last_member_leaving_empties_the_group_with_a_new_generation() {
     let mut h = Harness::new();
     let formed = stable_group(&mut h, 1);
-    let request = LeaveGroupRequest {
-        group_id: GROUP.into(),
-        member_id: formed.leader.clone(),
-        members: Vec::new(),
-    };
+    let request = LeaveGroupRequest { group_id: GROUP.into(), member_id: formed.leader.clone(), members: Vec::new() };
     assert_eq!(h.leave(0, request).error, ErrorCode::None);
     assert_eq!(h.state(), GroupState::Empty);
-    let description = h.coordinator.describe_groups(&DescribeGroupsRequest {
-        groups: vec![GROUP.into()],
-        include_authorized_operations: false,
-    });
+    let description = h
+        .coordinator
+        .describe_groups(&DescribeGroupsRequest { groups: vec![GROUP.into()], include_authorized_operations: false });
     assert!(description.groups[0].members.is_empty());
 }
 
@@ -1063,11 +796,8 @@ fn leaving_member_with_a_held_join_gets_unknown_member_id() {
     let mut h = Harness::new();
     let formed = stable_group(&mut h, 2);
     let held = h.join(join_request(&formed.members[0]), 5);
-    let request = LeaveGroupRequest {
-        group_id: GROUP.into(),
-        member_id: formed.members[0].clone(),
-        members: Vec::new(),
-    };
+    let request =
+        LeaveGroupRequest { group_id: GROUP.into(), member_id: formed.members[0].clone(), members: Vec::new() };
     h.leave(0, request);
     assert_eq!(h.joined(held).error, ErrorCode::UnknownMemberId);
 }
@@ -1077,10 +807,7 @@ fn leaving_member_with_a_held_join_gets_unknown_member_id() {
 #[test]
 fn static_member_rejoin_in_stable_takes_a_new_member_id_without_a_rebalance() {
     let mut h = Harness::new();
-    let formed = form_group_of(
-        &mut h,
-        vec![static_join_request("", "host-s"), join_request("")],
-    );
+    let formed = form_group_of(&mut h, vec![static_join_request("", "host-s"), join_request("")]);
     sync_everyone(&mut h, &formed);
     let old_id = formed.members[0].clone();
 
@@ -1094,20 +821,11 @@ fn static_member_rejoin_in_stable_takes_a_new_member_id_without_a_rebalance() {
     // The old leader id goes back, so the new incarnation does not reassign.
     assert_eq!(response.leader, old_id);
     assert_eq!(h.state(), GroupState::Stable);
-    assert_eq!(
-        h.heartbeat(&formed.members[1], formed.generation),
-        ErrorCode::None
-    );
+    assert_eq!(h.heartbeat(&formed.members[1], formed.generation), ErrorCode::None);
 
     let sync = h.sync(&response.member_id, formed.generation, &[]);
-    assert_eq!(
-        h.synced(sync).assignment,
-        Bytes::from_static(b"assignment-0")
-    );
-    assert_eq!(
-        h.heartbeat_as(&old_id, Some("host-s"), formed.generation),
-        ErrorCode::FencedInstanceId
-    );
+    assert_eq!(h.synced(sync).assignment, Bytes::from_static(b"assignment-0"));
+    assert_eq!(h.heartbeat_as(&old_id, Some("host-s"), formed.generation), ErrorCode::FencedInstanceId);
 }
 
 #[test]
@@ -1119,10 +837,7 @@ fn stale_member_id_with_a_known_instance_id_is_fenced_everywhere() {
     let to = h.join(static_join_request("", "host-s"), 5);
     h.joined(to);
 
-    assert_eq!(
-        h.heartbeat_as(&zombie, Some("host-s"), formed.generation),
-        ErrorCode::FencedInstanceId
-    );
+    assert_eq!(h.heartbeat_as(&zombie, Some("host-s"), formed.generation), ErrorCode::FencedInstanceId);
     let to = h.join(static_join_request(&zombie, "host-s"), 5);
     assert_eq!(h.joined(to).error, ErrorCode::FencedInstanceId);
     let commit = OffsetCommitRequest {
@@ -1136,10 +851,7 @@ fn stale_member_id_with_a_known_instance_id_is_fenced_everywhere() {
 #[test]
 fn held_join_of_a_replaced_static_member_is_fenced() {
     let mut h = Harness::new();
-    let formed = form_group_of(
-        &mut h,
-        vec![static_join_request("", "host-s"), join_request("")],
-    );
+    let formed = form_group_of(&mut h, vec![static_join_request("", "host-s"), join_request("")]);
     sync_everyone(&mut h, &formed);
     // The static leader rejoins (a rebalance starts), then a second process
     // with the same instance id shows up.
@@ -1160,10 +872,7 @@ fn held_join_of_a_replaced_static_member_is_fenced() {
 #[test]
 fn static_member_replaced_while_completing_rebalance_forces_a_new_rebalance() {
     let mut h = Harness::new();
-    let formed = form_group_of(
-        &mut h,
-        vec![static_join_request("", "host-s"), join_request("")],
-    );
+    let formed = form_group_of(&mut h, vec![static_join_request("", "host-s"), join_request("")]);
     sync_everyone(&mut h, &formed);
     let leader = h.join(static_join_request(&formed.members[0], "host-s"), 5);
     let follower = h.join(join_request(&formed.members[1]), 5);
@@ -1173,10 +882,7 @@ fn static_member_replaced_while_completing_rebalance_forces_a_new_rebalance() {
 
     // The leader may be computing assignments for the old id: start over.
     let newer = h.join(static_join_request("", "host-s"), 5);
-    assert_eq!(
-        h.synced(follower_sync).error,
-        ErrorCode::RebalanceInProgress
-    );
+    assert_eq!(h.synced(follower_sync).error, ErrorCode::RebalanceInProgress);
     assert!(h.is_held(newer));
     assert_eq!(h.state(), GroupState::PreparingRebalance);
 }
@@ -1184,10 +890,7 @@ fn static_member_replaced_while_completing_rebalance_forces_a_new_rebalance() {
 #[test]
 fn static_member_that_does_not_rejoin_stays_through_the_rebalance() {
     let mut h = Harness::new();
-    let formed = form_group_of(
-        &mut h,
-        vec![join_request(""), static_join_request("", "host-s")],
-    );
+    let formed = form_group_of(&mut h, vec![join_request(""), static_join_request("", "host-s")]);
     sync_everyone(&mut h, &formed);
     let (dynamic, fixed) = (formed.members[0].clone(), formed.members[1].clone());
     let to = h.join(join_request(&dynamic), 5);
@@ -1197,16 +900,9 @@ fn static_member_that_does_not_rejoin_stays_through_the_rebalance() {
     }
     let response = h.joined(to);
     assert_eq!(response.generation_id, formed.generation + 1);
-    let listed: Vec<&str> = response
-        .members
-        .iter()
-        .map(|m| m.member_id.as_str())
-        .collect();
+    let listed: Vec<&str> = response.members.iter().map(|m| m.member_id.as_str()).collect();
     assert_eq!(listed, [dynamic.as_str(), fixed.as_str()]);
-    assert_eq!(
-        response.members[1].group_instance_id.as_deref(),
-        Some("host-s")
-    );
+    assert_eq!(response.members[1].group_instance_id.as_deref(), Some("host-s"));
 }
 
 // ---- OffsetCommit / OffsetFetch --------------------------------------------
@@ -1221,27 +917,14 @@ fn simple_consumer_commit_creates_an_empty_group_and_replies_after_the_write() {
 
     let (persist_id, records) = h.last_write();
     assert_eq!(records.len(), 2);
-    assert_eq!(
-        records[0].key,
-        OffsetKey {
-            group_id: GROUP.into(),
-            topic: "payments".into(),
-            partition: 0
-        }
-    );
+    assert_eq!(records[0].key, OffsetKey { group_id: GROUP.into(), topic: "payments".into(), partition: 0 });
     let value = records[0].value.clone().unwrap();
-    assert_eq!(
-        (value.offset, value.leader_epoch, value.metadata.as_str()),
-        (100, 4, "at-100")
-    );
+    assert_eq!((value.offset, value.leader_epoch, value.metadata.as_str()), (100, 4, "at-100"));
     assert_eq!(value.commit_timestamp_ms, h.now_ms as i64);
 
     h.persisted(persist_id, Ok(()));
     assert_eq!(errors(&h.committed(to)), [ErrorCode::None, ErrorCode::None]);
-    assert_eq!(
-        h.fetch("payments", &[0, 3]),
-        [(0, 100, Some("at-100".into())), (3, 7, Some("at-7".into()))]
-    );
+    assert_eq!(h.fetch("payments", &[0, 3]), [(0, 100, Some("at-100".into())), (3, 7, Some("at-7".into()))]);
 }
 
 #[test]
@@ -1279,11 +962,7 @@ fn commit_without_a_member_to_a_group_with_members_is_unknown_member_id() {
 fn member_commit_with_an_old_generation_is_illegal_generation() {
     let mut h = Harness::new();
     let formed = stable_group(&mut h, 1);
-    let to = h.commit(commit_request(
-        formed.generation - 1,
-        &formed.leader,
-        &[(0, 1)],
-    ));
+    let to = h.commit(commit_request(formed.generation - 1, &formed.leader, &[(0, 1)]));
     assert_eq!(errors(&h.committed(to)), [ErrorCode::IllegalGeneration]);
     let to = h.commit(commit_request(formed.generation, "ghost", &[(0, 1)]));
     assert_eq!(errors(&h.committed(to)), [ErrorCode::UnknownMemberId]);
@@ -1303,11 +982,7 @@ fn commit_during_preparing_rebalance_is_accepted() {
     let formed = stable_group(&mut h, 2);
     h.join(join_request(&formed.members[0]), 5);
     assert_eq!(h.state(), GroupState::PreparingRebalance);
-    let to = h.commit(commit_request(
-        formed.generation,
-        &formed.members[1],
-        &[(0, 9)],
-    ));
+    let to = h.commit(commit_request(formed.generation, &formed.members[1], &[(0, 9)]));
     let (persist_id, _) = h.last_write();
     h.persisted(persist_id, Ok(()));
     assert_eq!(errors(&h.committed(to)), [ErrorCode::None]);
@@ -1318,11 +993,7 @@ fn member_commit_in_stable_is_stored_and_pushes_the_session_out() {
     let mut h = Harness::new();
     let formed = stable_group(&mut h, 1);
     h.advance(9_000);
-    let to = h.commit(commit_request(
-        formed.generation,
-        &formed.leader,
-        &[(1, 50)],
-    ));
+    let to = h.commit(commit_request(formed.generation, &formed.leader, &[(1, 50)]));
     let (persist_id, _) = h.last_write();
     h.persisted(persist_id, Ok(()));
     assert_eq!(errors(&h.committed(to)), [ErrorCode::None]);
@@ -1332,10 +1003,7 @@ fn member_commit_in_stable_is_stored_and_pushes_the_session_out() {
 
 #[test]
 fn oversized_commit_metadata_fails_only_that_partition() {
-    let mut h = Harness::with(GroupConfig {
-        offset_metadata_bytes_max: 8,
-        ..config()
-    });
+    let mut h = Harness::with(GroupConfig { offset_metadata_bytes_max: 8, ..config() });
     let mut request = commit_request(-1, "", &[(0, 1), (1, 123_456_789)]);
     request.topics[0].partitions[0].committed_metadata = None;
     let to = h.commit(request);
@@ -1343,27 +1011,18 @@ fn oversized_commit_metadata_fails_only_that_partition() {
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].value.as_ref().unwrap().metadata, "");
     h.persisted(persist_id, Ok(()));
-    assert_eq!(
-        errors(&h.committed(to)),
-        [ErrorCode::None, ErrorCode::OffsetMetadataTooLarge]
-    );
+    assert_eq!(errors(&h.committed(to)), [ErrorCode::None, ErrorCode::OffsetMetadataTooLarge]);
 }
 
 #[test]
 fn fetch_of_an_unknown_group_or_partition_answers_offset_minus_one() {
     let mut h = Harness::new();
-    assert_eq!(
-        h.fetch("payments", &[0, 1]),
-        [(0, -1, Some(String::new())), (1, -1, Some(String::new()))]
-    );
+    assert_eq!(h.fetch("payments", &[0, 1]), [(0, -1, Some(String::new())), (1, -1, Some(String::new()))]);
     let to = h.commit(commit_request(-1, "", &[(0, 10)]));
     let (persist_id, _) = h.last_write();
     h.persisted(persist_id, Ok(()));
     h.committed(to);
-    assert_eq!(
-        h.fetch("payments", &[0, 1])[1],
-        (1, -1, Some(String::new()))
-    );
+    assert_eq!(h.fetch("payments", &[0, 1])[1], (1, -1, Some(String::new())));
 }
 
 #[test]
@@ -1383,27 +1042,13 @@ fn fetch_with_a_null_topic_list_returns_every_committed_partition() {
     let (persist_id, _) = h.last_write();
     h.persisted(persist_id, Ok(()));
     h.committed(to);
-    let response = h.coordinator.fetch_offsets(&OffsetFetchRequest {
-        group_id: GROUP.into(),
-        topics: None,
-    });
+    let response = h.coordinator.fetch_offsets(&OffsetFetchRequest { group_id: GROUP.into(), topics: None });
     let flat: Vec<(String, i32, i64)> = response
         .topics
         .iter()
-        .flat_map(|t| {
-            t.partitions
-                .iter()
-                .map(|p| (t.name.clone(), p.partition_index, p.committed_offset))
-        })
+        .flat_map(|t| t.partitions.iter().map(|p| (t.name.clone(), p.partition_index, p.committed_offset)))
         .collect();
-    assert_eq!(
-        flat,
-        [
-            ("audit".into(), 0, 5),
-            ("payments".into(), 0, 10),
-            ("payments".into(), 2, 20)
-        ]
-    );
+    assert_eq!(flat, [("audit".into(), 0, 5), ("payments".into(), 0, 10), ("payments".into(), 2, 20)]);
 }
 
 // ---- Replay ----------------------------------------------------------------
@@ -1430,48 +1075,21 @@ fn replaying_the_written_records_restores_the_same_offsets() {
             h.coordinator.committed_offset(GROUP, "payments", partition)
         );
     }
-    assert_eq!(
-        restarted
-            .committed_offset(GROUP, "payments", 0)
-            .unwrap()
-            .offset,
-        20
-    );
+    assert_eq!(restarted.committed_offset(GROUP, "payments", 0).unwrap().offset, 20);
     assert_eq!(restarted.group_state(GROUP), GroupState::Empty);
 }
 
 #[test]
 fn replayed_tombstones_forget_the_offset_and_then_the_empty_group() {
     let mut coordinator = GroupCoordinator::new(config()).unwrap();
-    let key = |partition| OffsetKey {
-        group_id: GROUP.into(),
-        topic: "payments".into(),
-        partition,
-    };
-    let value = CommittedOffset {
-        offset: 1,
-        leader_epoch: -1,
-        metadata: String::new(),
-        commit_timestamp_ms: 0,
-    };
-    coordinator.replay(OffsetRecord {
-        key: key(0),
-        value: Some(value.clone()),
-    });
-    coordinator.replay(OffsetRecord {
-        key: key(1),
-        value: Some(value),
-    });
-    coordinator.replay(OffsetRecord {
-        key: key(0),
-        value: None,
-    });
+    let key = |partition| OffsetKey { group_id: GROUP.into(), topic: "payments".into(), partition };
+    let value = CommittedOffset { offset: 1, leader_epoch: -1, metadata: String::new(), commit_timestamp_ms: 0 };
+    coordinator.replay(OffsetRecord { key: key(0), value: Some(value.clone()) });
+    coordinator.replay(OffsetRecord { key: key(1), value: Some(value) });
+    coordinator.replay(OffsetRecord { key: key(0), value: None });
     assert!(coordinator.committed_offset(GROUP, "payments", 0).is_none());
     assert_eq!(coordinator.group_count(), 1);
-    coordinator.replay(OffsetRecord {
-        key: key(1),
-        value: None,
-    });
+    coordinator.replay(OffsetRecord { key: key(1), value: None });
     assert_eq!(coordinator.group_count(), 0);
 }
 
@@ -1481,38 +1099,23 @@ fn replayed_tombstones_forget_the_offset_and_then_the_empty_group() {
 fn describe_stable_group_shows_members_with_metadata_and_assignments() {
     let mut h = Harness::new();
     let formed = stable_group(&mut h, 2);
-    let request = DescribeGroupsRequest {
-        groups: vec![GROUP.into(), "unknown".into()],
-        include_authorized_operations: true,
-    };
+    let request =
+        DescribeGroupsRequest { groups: vec![GROUP.into(), "unknown".into()], include_authorized_operations: true };
     let response = h.coordinator.describe_groups(&request);
     let group = &response.groups[0];
     assert_eq!(
-        (
-            group.group_state.as_str(),
-            group.protocol_type.as_str(),
-            group.protocol_data.as_str()
-        ),
+        (group.group_state.as_str(), group.protocol_type.as_str(), group.protocol_data.as_str()),
         ("Stable", "consumer", "range")
     );
     assert_eq!(group.members.len(), 2);
     assert_eq!(group.members[0].member_id, formed.members[0]);
     assert_eq!(group.members[0].client_host, "/127.0.0.1");
-    assert_eq!(
-        group.members[1].member_metadata,
-        Bytes::from_static(b"meta-range")
-    );
-    assert_eq!(
-        group.members[1].member_assignment,
-        Bytes::from_static(b"assignment-1")
-    );
+    assert_eq!(group.members[1].member_metadata, Bytes::from_static(b"meta-range"));
+    assert_eq!(group.members[1].member_assignment, Bytes::from_static(b"assignment-1"));
     assert_eq!(group.authorized_operations, (1 << 3) | (1 << 6) | (1 << 8));
 
     let unknown = &response.groups[1];
-    assert_eq!(
-        (unknown.error, unknown.group_state.as_str()),
-        (ErrorCode::None, "Dead")
-    );
+    assert_eq!((unknown.error, unknown.group_state.as_str()), (ErrorCode::None, "Dead"));
 }
 
 #[test]
@@ -1521,17 +1124,13 @@ fn describe_rebalancing_group_hides_metadata_and_assignments() {
     let formed = stable_group(&mut h, 1);
     let rejoin = h.join(join_request(&formed.leader), 5);
     h.joined(rejoin);
-    let response = h.coordinator.describe_groups(&DescribeGroupsRequest {
-        groups: vec![GROUP.into()],
-        include_authorized_operations: false,
-    });
+    let response = h
+        .coordinator
+        .describe_groups(&DescribeGroupsRequest { groups: vec![GROUP.into()], include_authorized_operations: false });
     let group = &response.groups[0];
     assert_eq!(group.group_state, "CompletingRebalance");
     assert_eq!(group.protocol_data, "");
-    assert!(group
-        .members
-        .iter()
-        .all(|m| m.member_metadata.is_empty() && m.member_assignment.is_empty()));
+    assert!(group.members.iter().all(|m| m.member_metadata.is_empty() && m.member_assignment.is_empty()));
     assert_eq!(group.authorized_operations, i32::MIN);
 }
 
@@ -1542,20 +1141,9 @@ fn list_groups_shows_every_group_with_its_protocol_type() {
     let mut commit = commit_request(-1, "", &[(0, 1)]);
     commit.group_id = "offsets-only".into();
     h.commit(commit);
-    let listed: Vec<(String, String)> = h
-        .coordinator
-        .list_groups()
-        .groups
-        .into_iter()
-        .map(|g| (g.group_id, g.protocol_type))
-        .collect();
-    assert_eq!(
-        listed,
-        [
-            ("offsets-only".into(), String::new()),
-            (GROUP.into(), "consumer".into())
-        ]
-    );
+    let listed: Vec<(String, String)> =
+        h.coordinator.list_groups().groups.into_iter().map(|g| (g.group_id, g.protocol_type)).collect();
+    assert_eq!(listed, [("offsets-only".into(), String::new()), (GROUP.into(), "consumer".into())]);
 }
 
 #[test]
@@ -1564,10 +1152,7 @@ fn delete_refuses_groups_with_members_and_unknown_groups() {
     stable_group(&mut h, 1);
     let to = h.delete(&[GROUP, "missing"]);
     let results: Vec<ErrorCode> = h.deleted(to).results.iter().map(|r| r.error).collect();
-    assert_eq!(
-        results,
-        [ErrorCode::NonEmptyGroup, ErrorCode::GroupIdNotFound]
-    );
+    assert_eq!(results, [ErrorCode::NonEmptyGroup, ErrorCode::GroupIdNotFound]);
     assert_eq!(h.state(), GroupState::Stable);
 }
 
@@ -1583,9 +1168,7 @@ fn delete_of_an_empty_group_writes_tombstones_and_replies_after_the_write() {
     assert!(h.is_held(to));
     assert_eq!(h.state(), GroupState::Dead);
     let (persist_id, records) = h.last_write();
-    assert!(records
-        .iter()
-        .all(|r| r.value.is_none() && r.key.group_id == GROUP));
+    assert!(records.iter().all(|r| r.value.is_none() && r.key.group_id == GROUP));
     assert_eq!(records.len(), 2);
     h.persisted(persist_id, Ok(()));
     assert_eq!(h.deleted(to).results[0].error, ErrorCode::None);
@@ -1606,10 +1189,7 @@ fn commit_still_in_flight_when_its_group_is_deleted_is_not_applied_to_a_new_grou
     h.persisted(fresh_write, Ok(()));
     h.committed(late);
     h.committed(fresh);
-    assert_eq!(
-        h.fetch("payments", &[0, 1]),
-        [(0, -1, Some(String::new())), (1, 1, Some("at-1".into()))]
-    );
+    assert_eq!(h.fetch("payments", &[0, 1]), [(0, -1, Some(String::new())), (1, 1, Some("at-1".into()))]);
 }
 
 // ---- Time ------------------------------------------------------------------
@@ -1619,16 +1199,10 @@ fn next_deadline_names_the_earliest_timer() {
     let mut h = Harness::new();
     assert_eq!(h.coordinator.next_deadline_ms(), None);
     let formed = stable_group(&mut h, 1);
-    assert_eq!(
-        h.coordinator.next_deadline_ms(),
-        Some(h.now_ms + SESSION_MS as u64)
-    );
+    assert_eq!(h.coordinator.next_deadline_ms(), Some(h.now_ms + SESSION_MS as u64));
     h.advance(4_000);
     h.heartbeat(&formed.leader, formed.generation);
-    assert_eq!(
-        h.coordinator.next_deadline_ms(),
-        Some(h.now_ms + SESSION_MS as u64)
-    );
+    assert_eq!(h.coordinator.next_deadline_ms(), Some(h.now_ms + SESSION_MS as u64));
 }
 
 #[test]
@@ -1637,10 +1211,7 @@ fn clock_going_backwards_counts_as_no_time_passing() {
     let formed = stable_group(&mut h, 1);
     h.advance(9_000);
     h.now_ms -= 60_000;
-    assert_eq!(
-        h.heartbeat(&formed.leader, formed.generation),
-        ErrorCode::None
-    );
+    assert_eq!(h.heartbeat(&formed.leader, formed.generation), ErrorCode::None);
     h.now_ms += 60_000 + 9_999;
     h.step(GroupEvent::Tick);
     assert_eq!(h.state(), GroupState::Stable);
@@ -1650,14 +1221,7 @@ fn clock_going_backwards_counts_as_no_time_passing() {
 fn empty_group_without_offsets_is_forgotten_on_tick() {
     let mut h = Harness::new();
     let formed = stable_group(&mut h, 1);
-    h.leave(
-        0,
-        LeaveGroupRequest {
-            group_id: GROUP.into(),
-            member_id: formed.leader,
-            members: Vec::new(),
-        },
-    );
+    h.leave(0, LeaveGroupRequest { group_id: GROUP.into(), member_id: formed.leader, members: Vec::new() });
     assert_eq!(h.state(), GroupState::Empty);
     h.advance(1);
     assert_eq!(h.state(), GroupState::Dead);
@@ -1678,10 +1242,7 @@ struct Lcg(u64);
 
 impl Lcg {
     fn below(&mut self, bound: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         (self.0 >> 33) % bound
     }
 }
@@ -1701,16 +1262,10 @@ fn random_event_sequences_answer_every_request_exactly_once() {
     let mut states_seen = BTreeSet::new();
     for seed in 1..=16u64 {
         let mut rng = Lcg(seed);
-        let mut h = Harness::with(GroupConfig {
-            initial_rebalance_delay_ms: 500,
-            members_per_group_max: 5,
-            ..config()
-        });
+        let mut h =
+            Harness::with(GroupConfig { initial_rebalance_delay_ms: 500, members_per_group_max: 5, ..config() });
         let mut members: Vec<SimMember> = (0..6)
-            .map(|i| SimMember {
-                instance_id: (i % 3 == 0).then(|| format!("host-{i}")),
-                ..SimMember::default()
-            })
+            .map(|i| SimMember { instance_id: (i % 3 == 0).then(|| format!("host-{i}")), ..SimMember::default() })
             .collect();
         for _ in 0..1_500 {
             let who = rng.below(members.len() as u64) as usize;
@@ -1726,22 +1281,14 @@ fn random_event_sequences_answer_every_request_exactly_once() {
                 }
                 2 => {
                     let peers: Vec<(&str, &[u8])> = if member.is_leader {
-                        member
-                            .peers
-                            .iter()
-                            .map(|p| (p.as_str(), &b"work"[..]))
-                            .collect()
+                        member.peers.iter().map(|p| (p.as_str(), &b"work"[..])).collect()
                     } else {
                         Vec::new()
                     };
                     h.sync(&member.member_id, member.generation_id, &peers);
                 }
                 3 | 4 => {
-                    h.heartbeat_as(
-                        &member.member_id,
-                        member.instance_id.as_deref(),
-                        member.generation_id,
-                    );
+                    h.heartbeat_as(&member.member_id, member.instance_id.as_deref(), member.generation_id);
                 }
                 5 => {
                     let request = LeaveGroupRequest {
@@ -1755,20 +1302,12 @@ fn random_event_sequences_answer_every_request_exactly_once() {
                     h.leave(3, request);
                 }
                 6 => {
-                    h.commit(commit_request(
-                        member.generation_id,
-                        &member.member_id,
-                        &[(who as i32, 1)],
-                    ));
+                    h.commit(commit_request(member.generation_id, &member.member_id, &[(who as i32, 1)]));
                 }
                 7 => {
                     if let Some((persist_id, _)) = h.writes.first().cloned() {
                         h.writes.remove(0);
-                        let result = if rng.below(4) == 0 {
-                            Err(ErrorCode::KafkaStorageError)
-                        } else {
-                            Ok(())
-                        };
+                        let result = if rng.below(4) == 0 { Err(ErrorCode::KafkaStorageError) } else { Ok(()) };
                         h.persisted(persist_id, result);
                     }
                 }
@@ -1783,39 +1322,19 @@ fn random_event_sequences_answer_every_request_exactly_once() {
         // Everyone leaves, time passes, every write finishes: nothing may be left waiting.
         let leaving = members
             .iter()
-            .map(|m| LeavingMember {
-                member_id: m.member_id.clone(),
-                group_instance_id: m.instance_id.clone(),
-            })
+            .map(|m| LeavingMember { member_id: m.member_id.clone(), group_instance_id: m.instance_id.clone() })
             .collect();
-        h.leave(
-            3,
-            LeaveGroupRequest {
-                group_id: GROUP.into(),
-                member_id: String::new(),
-                members: leaving,
-            },
-        );
+        h.leave(3, LeaveGroupRequest { group_id: GROUP.into(), member_id: String::new(), members: leaving });
         for _ in 0..20 {
             h.advance(60_000);
         }
         for (persist_id, _) in std::mem::take(&mut h.writes) {
             h.persisted(persist_id, Ok(()));
         }
-        assert!(
-            h.waiting.is_empty(),
-            "seed {seed}: still waiting {:?}",
-            h.waiting
-        );
+        assert!(h.waiting.is_empty(), "seed {seed}: still waiting {:?}", h.waiting);
     }
     // The walk must reach every state, or it proves little.
-    let all = [
-        "CompletingRebalance",
-        "Dead",
-        "Empty",
-        "PreparingRebalance",
-        "Stable",
-    ];
+    let all = ["CompletingRebalance", "Dead", "Empty", "PreparingRebalance", "Stable"];
     assert_eq!(states_seen.into_iter().collect::<Vec<_>>(), all);
 }
 
@@ -1832,11 +1351,7 @@ fn learn_from_join_replies(h: &mut Harness, members: &mut [SimMember]) {
             member.member_id = response.member_id.clone();
             member.generation_id = response.generation_id;
             member.is_leader = response.leader == response.member_id;
-            member.peers = response
-                .members
-                .iter()
-                .map(|m| m.member_id.clone())
-                .collect();
+            member.peers = response.members.iter().map(|m| m.member_id.clone()).collect();
         } else if response.error == ErrorCode::UnknownMemberId {
             member.member_id.clear();
         }

@@ -98,9 +98,10 @@ impl SegmentIndex {
         for chunk in offsets.chunks_exact(OFFSET_ENTRY_BYTES) {
             let relative_offset = u32::from_be_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
             let position = u32::from_be_bytes([chunk[4], chunk[5], chunk[6], chunk[7]]);
-            let sorted = index.offsets.last().is_none_or(|last| {
-                last.relative_offset < relative_offset && last.position < position
-            });
+            let sorted = index
+                .offsets
+                .last()
+                .is_none_or(|last| last.relative_offset < relative_offset && last.position < position);
             if !sorted || u64::from(position) >= log_bytes {
                 break;
             }
@@ -112,9 +113,10 @@ impl SegmentIndex {
             ts.copy_from_slice(&chunk[..8]);
             let max_timestamp = i64::from_be_bytes(ts);
             let relative_offset = u32::from_be_bytes([chunk[8], chunk[9], chunk[10], chunk[11]]);
-            let sorted = index.times.last().is_none_or(|last| {
-                last.relative_offset < relative_offset && last.max_timestamp <= max_timestamp
-            });
+            let sorted = index
+                .times
+                .last()
+                .is_none_or(|last| last.relative_offset < relative_offset && last.max_timestamp <= max_timestamp);
             if !sorted || relative_offset > last_relative {
                 break;
             }

@@ -232,7 +232,8 @@ impl Log {
         }
         let mut base_offsets = list_segments(&dir)?;
         // A new log has nothing to recover.
-        let mut report = RecoveryReport { clean_shutdown: clean_shutdown || base_offsets.is_empty(), ..RecoveryReport::default() };
+        let mut report =
+            RecoveryReport { clean_shutdown: clean_shutdown || base_offsets.is_empty(), ..RecoveryReport::default() };
         base_offsets.sort_unstable();
         let mut segments = BTreeMap::new();
         let now = now_ms();
@@ -340,8 +341,7 @@ impl Log {
     /// Memory this log holds: cache, unwritten data, indexes, tails.
     pub fn memory_bytes(&self) -> usize {
         let state = self.inner.state.borrow();
-        state.cache_bytes
-            + state.segments.values().map(|s| s.index.memory_bytes() + s.tail.capacity()).sum::<usize>()
+        state.cache_bytes + state.segments.values().map(|s| s.index.memory_bytes() + s.tail.capacity()).sum::<usize>()
     }
 
     /// Assigns offsets to one validated batch and queues it for writing.
@@ -670,7 +670,11 @@ impl Log {
         };
         let written = file.write_at(buffer, write_position).await.map_err(|e| LogError::io(&path, e.into()))?;
         if written < data_len {
-            return Err(LogError::Io { path: path.display().to_string(), message: "short write".into(), enospc: false });
+            return Err(LogError::Io {
+                path: path.display().to_string(),
+                message: "short write".into(),
+                enospc: false,
+            });
         }
         self.inner.unsynced.set(true);
         let index_interval = self.inner.config.borrow().index_interval_bytes;
@@ -681,7 +685,10 @@ impl Log {
         for (base_offset, last_offset, max_timestamp, data) in &batches {
             if active.bytes_since_index >= index_interval && position > 0 {
                 active.index.push(
-                    OffsetEntry { relative_offset: (base_offset - active.base_offset) as u32, position: position as u32 },
+                    OffsetEntry {
+                        relative_offset: (base_offset - active.base_offset) as u32,
+                        position: position as u32,
+                    },
                     TimeEntry {
                         max_timestamp: active.max_timestamp,
                         relative_offset: (base_offset - active.base_offset) as u32,
@@ -830,27 +837,38 @@ impl Log {
                 let state = self.inner.state.borrow();
                 state.segments.range(..=offset).next_back().map(|(_, s)| {
                     let relative = (offset - s.base_offset).clamp(0, i64::from(u32::MAX)) as u32;
-                    (s.file.clone(), s.log_path.clone(), u64::from(s.index.position_for(relative)), s.size_bytes, s.next_offset)
+                    (
+                        s.file.clone(),
+                        s.log_path.clone(),
+                        u64::from(s.index.position_for(relative)),
+                        s.size_bytes,
+                        s.next_offset,
+                    )
                 })
             };
             let Some((file, path, mut position, segment_size, segment_end)) = located else { break };
             while position < segment_size {
-                let want = ((max_bytes.saturating_sub(bytes)).max(64 << 10) as u64).min(READ_CHUNK_BYTES.max(max_bytes as u64));
+                let want = ((max_bytes.saturating_sub(bytes)).max(64 << 10) as u64)
+                    .min(READ_CHUNK_BYTES.max(max_bytes as u64));
                 let len = want.min(segment_size - position) as usize;
                 let chunk = file.read_at(position, len).await.map_err(|e| LogError::io(&path, e.into()))?;
                 let mut at = 0usize;
                 let mut progressed = false;
                 while at + record_batch::HEADER_BYTES <= chunk.len() {
-                    let header = BatchHeader::parse(&chunk[at..], batch_bytes_max).map_err(|e| LogError::Corrupt {
-                        path: path.display().to_string(),
-                        reason: e.to_string(),
-                    })?;
+                    let header = BatchHeader::parse(&chunk[at..], batch_bytes_max)
+                        .map_err(|e| LogError::Corrupt { path: path.display().to_string(), reason: e.to_string() })?;
                     if at + header.size_bytes > chunk.len() {
                         if at == 0 {
                             // One batch larger than the chunk: read exactly it.
-                            let whole = file.read_at(position, header.size_bytes).await.map_err(|e| LogError::io(&path, e.into()))?;
+                            let whole = file
+                                .read_at(position, header.size_bytes)
+                                .await
+                                .map_err(|e| LogError::io(&path, e.into()))?;
                             if whole.len() < header.size_bytes {
-                                return Err(LogError::Corrupt { path: path.display().to_string(), reason: "short batch".into() });
+                                return Err(LogError::Corrupt {
+                                    path: path.display().to_string(),
+                                    reason: "short batch".into(),
+                                });
                             }
                             if header.last_offset() >= offset && header.base_offset < high_watermark {
                                 out.push(Bytes::copy_from_slice(&whole[..header.size_bytes]));
@@ -876,7 +894,10 @@ impl Log {
                     at += header.size_bytes;
                 }
                 if !progressed {
-                    return Err(LogError::Corrupt { path: path.display().to_string(), reason: "truncated batch".into() });
+                    return Err(LogError::Corrupt {
+                        path: path.display().to_string(),
+                        reason: "truncated batch".into(),
+                    });
                 }
                 position += at as u64;
                 if bytes >= max_bytes {
@@ -1048,7 +1069,8 @@ async fn open_segment(
     }
     let tail_len = (position % PAGE_BYTES) as usize;
     let tail = if is_last && tail_len > 0 {
-        let page = file.read_at(position - tail_len as u64, tail_len).await.map_err(|e| LogError::io(&log_path, e.into()))?;
+        let page =
+            file.read_at(position - tail_len as u64, tail_len).await.map_err(|e| LogError::io(&log_path, e.into()))?;
         page[..tail_len].to_vec()
     } else {
         Vec::new()

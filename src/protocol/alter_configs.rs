@@ -54,17 +54,10 @@ impl AlterConfigsRequest {
                 let value = r.nullable_string()?;
                 configs.push(AlterableConfig { name, value });
             }
-            resources.push(AlterConfigsResource {
-                resource_type,
-                resource_name,
-                configs,
-            });
+            resources.push(AlterConfigsResource { resource_type, resource_name, configs });
         }
         let validate_only = r.bool()?;
-        Ok(Self {
-            resources,
-            validate_only,
-        })
+        Ok(Self { resources, validate_only })
     }
 
     pub fn encode(&self, w: &mut Writer, version: i16) {
@@ -120,17 +113,9 @@ impl AlterConfigsResponse {
             let error_message = r.nullable_string()?;
             let resource_type = r.i8()?;
             let resource_name = r.string()?;
-            responses.push(AlterConfigsResourceResponse {
-                error,
-                error_message,
-                resource_type,
-                resource_name,
-            });
+            responses.push(AlterConfigsResourceResponse { error, error_message, resource_type, resource_name });
         }
-        Ok(Self {
-            throttle_time_ms,
-            responses,
-        })
+        Ok(Self { throttle_time_ms, responses })
     }
 }
 
@@ -147,19 +132,13 @@ fn check_version(version: i16) -> DecodeResult<()> {
     if (VERSION_MIN..=VERSION_MAX).contains(&version) {
         return Ok(());
     }
-    Err(DecodeError::UnsupportedVersion {
-        api_key: ApiKey::AlterConfigs as i16,
-        version,
-    })
+    Err(DecodeError::UnsupportedVersion { api_key: ApiKey::AlterConfigs as i16, version })
 }
 
 /// The header parser only admits supported versions, so another one here is
 /// our own bug.
 fn assert_version(version: i16) {
-    assert!(
-        (VERSION_MIN..=VERSION_MAX).contains(&version),
-        "AlterConfigs v{version} is not supported"
-    );
+    assert!((VERSION_MIN..=VERSION_MAX).contains(&version), "AlterConfigs v{version} is not supported");
 }
 
 #[cfg(test)]
@@ -178,21 +157,11 @@ mod tests {
                     resource_type: 2,
                     resource_name: "orders".into(),
                     configs: vec![
-                        AlterableConfig {
-                            name: "retention.ms".into(),
-                            value: Some("3600000".into()),
-                        },
-                        AlterableConfig {
-                            name: "cleanup.policy".into(),
-                            value: None,
-                        },
+                        AlterableConfig { name: "retention.ms".into(), value: Some("3600000".into()) },
+                        AlterableConfig { name: "cleanup.policy".into(), value: None },
                     ],
                 },
-                AlterConfigsResource {
-                    resource_type: 4,
-                    resource_name: "".into(),
-                    configs: vec![],
-                },
+                AlterConfigsResource { resource_type: 4, resource_name: "".into(), configs: vec![] },
             ],
             validate_only: true,
         }
@@ -242,9 +211,7 @@ mod tests {
                     .with_configs(configs)
             })
             .collect();
-        kp_req::AlterConfigsRequest::default()
-            .with_resources(resources)
-            .with_validate_only(ours.validate_only)
+        kp_req::AlterConfigsRequest::default().with_resources(resources).with_validate_only(ours.validate_only)
     }
 
     fn kp_response(ours: &AlterConfigsResponse) -> kp_resp::AlterConfigsResponse {
@@ -259,16 +226,12 @@ mod tests {
                     .with_resource_name(str_bytes(&res.resource_name))
             })
             .collect();
-        kp_resp::AlterConfigsResponse::default()
-            .with_throttle_time_ms(ours.throttle_time_ms)
-            .with_responses(responses)
+        kp_resp::AlterConfigsResponse::default().with_throttle_time_ms(ours.throttle_time_ms).with_responses(responses)
     }
 
     fn kp_encode<M: Encodable>(message: &M, version: i16) -> Bytes {
         let mut buf = BytesMut::new();
-        message
-            .encode(&mut buf, version)
-            .expect("kafka-protocol encodes the message");
+        message.encode(&mut buf, version).expect("kafka-protocol encodes the message");
         buf.freeze()
     }
 
@@ -288,11 +251,7 @@ mod tests {
     fn alter_configs_request_round_trips_in_every_version() {
         for version in VERSION_MIN..=VERSION_MAX {
             let mut r = Reader::new(request_bytes(&sample_request(), version));
-            assert_eq!(
-                AlterConfigsRequest::decode(&mut r, version).unwrap(),
-                sample_request(),
-                "v{version}"
-            );
+            assert_eq!(AlterConfigsRequest::decode(&mut r, version).unwrap(), sample_request(), "v{version}");
             assert_eq!(r.remaining(), 0, "v{version}");
         }
     }
@@ -301,11 +260,7 @@ mod tests {
     fn alter_configs_response_round_trips_in_every_version() {
         for version in VERSION_MIN..=VERSION_MAX {
             let mut r = Reader::new(response_bytes(&sample_response(), version));
-            assert_eq!(
-                AlterConfigsResponse::decode(&mut r, version).unwrap(),
-                sample_response(),
-                "v{version}"
-            );
+            assert_eq!(AlterConfigsResponse::decode(&mut r, version).unwrap(), sample_response(), "v{version}");
             assert_eq!(r.remaining(), 0, "v{version}");
         }
     }
@@ -327,8 +282,7 @@ mod tests {
         for version in VERSION_MIN..=VERSION_MAX {
             let ours = response_bytes(&sample_response(), version);
             assert_eq!(ours, kp_encode(&theirs, version), "v{version}");
-            let decoded =
-                kp_resp::AlterConfigsResponse::decode(&mut ours.clone(), version).unwrap();
+            let decoded = kp_resp::AlterConfigsResponse::decode(&mut ours.clone(), version).unwrap();
             assert_eq!(decoded, theirs, "v{version}");
         }
     }
@@ -338,18 +292,12 @@ mod tests {
         let request = request_bytes(&sample_request(), VERSION_MAX);
         for len in 0..request.len() {
             let mut r = Reader::new(request.slice(..len));
-            assert!(
-                AlterConfigsRequest::decode(&mut r, VERSION_MAX).is_err(),
-                "request cut at {len}"
-            );
+            assert!(AlterConfigsRequest::decode(&mut r, VERSION_MAX).is_err(), "request cut at {len}");
         }
         let response = response_bytes(&sample_response(), VERSION_MAX);
         for len in 0..response.len() {
             let mut r = Reader::new(response.slice(..len));
-            assert!(
-                AlterConfigsResponse::decode(&mut r, VERSION_MAX).is_err(),
-                "response cut at {len}"
-            );
+            assert!(AlterConfigsResponse::decode(&mut r, VERSION_MAX).is_err(), "response cut at {len}");
         }
     }
 
@@ -361,10 +309,7 @@ mod tests {
         w.raw(&[0; 69]);
         let mut r = Reader::new(w.into_bytes());
         let result = AlterConfigsRequest::decode(&mut r, VERSION_MAX);
-        assert!(
-            matches!(result, Err(DecodeError::ArrayTooLong { .. })),
-            "{result:?}"
-        );
+        assert!(matches!(result, Err(DecodeError::ArrayTooLong { .. })), "{result:?}");
     }
 
     #[test]
@@ -372,25 +317,14 @@ mod tests {
         let bytes = request_bytes(&sample_request(), VERSION_MAX);
         for version in [VERSION_MIN - 1, VERSION_MAX + 1] {
             let result = AlterConfigsRequest::decode(&mut Reader::new(bytes.clone()), version);
-            assert!(
-                matches!(result, Err(DecodeError::UnsupportedVersion { .. })),
-                "v{version}"
-            );
+            assert!(matches!(result, Err(DecodeError::UnsupportedVersion { .. })), "v{version}");
         }
     }
 
     #[test]
     fn alter_configs_versions_match_the_advertised_range() {
-        let range = ApiKey::AlterConfigs
-            .range()
-            .expect("AlterConfigs is advertised");
-        assert_eq!(
-            (range.version_min, range.version_max),
-            (VERSION_MIN, VERSION_MAX)
-        );
-        assert!(
-            range.flexible_from > VERSION_MAX,
-            "this codec writes no flexible version"
-        );
+        let range = ApiKey::AlterConfigs.range().expect("AlterConfigs is advertised");
+        assert_eq!((range.version_min, range.version_max), (VERSION_MIN, VERSION_MAX));
+        assert!(range.flexible_from > VERSION_MAX, "this codec writes no flexible version");
     }
 }

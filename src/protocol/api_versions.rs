@@ -2,7 +2,7 @@
 //! an unsupported version is answered in the v0 layout with error 35 and the
 //! key list, so the client can retry with a version we know.
 
-use super::{Reader, Writer, DecodeResult, ErrorCode, SUPPORTED_APIS};
+use super::{DecodeResult, ErrorCode, Reader, Writer, SUPPORTED_APIS};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ApiVersionsRequest {

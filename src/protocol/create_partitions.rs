@@ -48,11 +48,7 @@ impl CreatePartitionsRequest {
         }
         let timeout_ms = r.i32()?;
         let validate_only = r.bool()?;
-        Ok(Self {
-            topics,
-            timeout_ms,
-            validate_only,
-        })
+        Ok(Self { topics, timeout_ms, validate_only })
     }
 
     pub fn encode(&self, w: &mut Writer, version: i16) {
@@ -100,16 +96,9 @@ impl CreatePartitionsResponse {
             let name = r.string()?;
             let error = error::from_code(r.i16()?);
             let error_message = r.nullable_string()?;
-            results.push(CreatePartitionsTopicResult {
-                name,
-                error,
-                error_message,
-            });
+            results.push(CreatePartitionsTopicResult { name, error, error_message });
         }
-        Ok(Self {
-            throttle_time_ms,
-            results,
-        })
+        Ok(Self { throttle_time_ms, results })
     }
 }
 
@@ -132,11 +121,7 @@ impl CreatePartitionsTopic {
                 Some(assignments)
             }
         };
-        Ok(Self {
-            name,
-            count,
-            assignments,
-        })
+        Ok(Self { name, count, assignments })
     }
 
     fn encode(&self, w: &mut Writer) {
@@ -181,19 +166,13 @@ fn check_version(version: i16) -> DecodeResult<()> {
     if (VERSION_MIN..=VERSION_MAX).contains(&version) {
         return Ok(());
     }
-    Err(DecodeError::UnsupportedVersion {
-        api_key: ApiKey::CreatePartitions as i16,
-        version,
-    })
+    Err(DecodeError::UnsupportedVersion { api_key: ApiKey::CreatePartitions as i16, version })
 }
 
 /// The header parser only admits supported versions, so another one here is
 /// our own bug.
 fn assert_version(version: i16) {
-    assert!(
-        (VERSION_MIN..=VERSION_MAX).contains(&version),
-        "CreatePartitions v{version} is not supported"
-    );
+    assert!((VERSION_MIN..=VERSION_MAX).contains(&version), "CreatePartitions v{version} is not supported");
 }
 
 #[cfg(test)]
@@ -209,26 +188,16 @@ mod tests {
     fn sample_request() -> CreatePartitionsRequest {
         CreatePartitionsRequest {
             topics: vec![
-                CreatePartitionsTopic {
-                    name: "orders".into(),
-                    count: 24,
-                    assignments: None,
-                },
+                CreatePartitionsTopic { name: "orders".into(), count: 24, assignments: None },
                 CreatePartitionsTopic {
                     name: "placed".into(),
                     count: 3,
                     assignments: Some(vec![
-                        CreatePartitionsAssignment {
-                            broker_ids: vec![1, 2],
-                        },
+                        CreatePartitionsAssignment { broker_ids: vec![1, 2] },
                         CreatePartitionsAssignment { broker_ids: vec![] },
                     ]),
                 },
-                CreatePartitionsTopic {
-                    name: "empty-assignments".into(),
-                    count: 1,
-                    assignments: Some(vec![]),
-                },
+                CreatePartitionsTopic { name: "empty-assignments".into(), count: 1, assignments: Some(vec![]) },
             ],
             timeout_ms: 10_000,
             validate_only: false,
@@ -239,11 +208,7 @@ mod tests {
         CreatePartitionsResponse {
             throttle_time_ms: 0,
             results: vec![
-                CreatePartitionsTopicResult {
-                    name: "orders".into(),
-                    error: ErrorCode::None,
-                    error_message: None,
-                },
+                CreatePartitionsTopicResult { name: "orders".into(), error: ErrorCode::None, error_message: None },
                 CreatePartitionsTopicResult {
                     name: "placed".into(),
                     error: ErrorCode::InvalidPartitions,
@@ -266,9 +231,8 @@ mod tests {
                     assignments
                         .iter()
                         .map(|a| {
-                            kp_req::CreatePartitionsAssignment::default().with_broker_ids(
-                                a.broker_ids.iter().map(|&b| BrokerId(b)).collect(),
-                            )
+                            kp_req::CreatePartitionsAssignment::default()
+                                .with_broker_ids(a.broker_ids.iter().map(|&b| BrokerId(b)).collect())
                         })
                         .collect()
                 });
@@ -295,16 +259,12 @@ mod tests {
                     .with_error_message(t.error_message.as_deref().map(str_bytes))
             })
             .collect();
-        kp_resp::CreatePartitionsResponse::default()
-            .with_throttle_time_ms(ours.throttle_time_ms)
-            .with_results(results)
+        kp_resp::CreatePartitionsResponse::default().with_throttle_time_ms(ours.throttle_time_ms).with_results(results)
     }
 
     fn kp_encode<M: Encodable>(message: &M, version: i16) -> Bytes {
         let mut buf = BytesMut::new();
-        message
-            .encode(&mut buf, version)
-            .expect("kafka-protocol encodes the message");
+        message.encode(&mut buf, version).expect("kafka-protocol encodes the message");
         buf.freeze()
     }
 
@@ -324,11 +284,7 @@ mod tests {
     fn create_partitions_request_round_trips_in_every_version() {
         for version in VERSION_MIN..=VERSION_MAX {
             let mut r = Reader::new(request_bytes(&sample_request(), version));
-            assert_eq!(
-                CreatePartitionsRequest::decode(&mut r, version).unwrap(),
-                sample_request(),
-                "v{version}"
-            );
+            assert_eq!(CreatePartitionsRequest::decode(&mut r, version).unwrap(), sample_request(), "v{version}");
             assert_eq!(r.remaining(), 0, "v{version}");
         }
     }
@@ -337,11 +293,7 @@ mod tests {
     fn create_partitions_response_round_trips_in_every_version() {
         for version in VERSION_MIN..=VERSION_MAX {
             let mut r = Reader::new(response_bytes(&sample_response(), version));
-            assert_eq!(
-                CreatePartitionsResponse::decode(&mut r, version).unwrap(),
-                sample_response(),
-                "v{version}"
-            );
+            assert_eq!(CreatePartitionsResponse::decode(&mut r, version).unwrap(), sample_response(), "v{version}");
             assert_eq!(r.remaining(), 0, "v{version}");
         }
     }
@@ -352,8 +304,7 @@ mod tests {
         for version in VERSION_MIN..=VERSION_MAX {
             let ours = request_bytes(&sample_request(), version);
             assert_eq!(ours, kp_encode(&theirs, version), "v{version}");
-            let decoded =
-                kp_req::CreatePartitionsRequest::decode(&mut ours.clone(), version).unwrap();
+            let decoded = kp_req::CreatePartitionsRequest::decode(&mut ours.clone(), version).unwrap();
             assert_eq!(decoded, theirs, "v{version}");
         }
     }
@@ -364,8 +315,7 @@ mod tests {
         for version in VERSION_MIN..=VERSION_MAX {
             let ours = response_bytes(&sample_response(), version);
             assert_eq!(ours, kp_encode(&theirs, version), "v{version}");
-            let decoded =
-                kp_resp::CreatePartitionsResponse::decode(&mut ours.clone(), version).unwrap();
+            let decoded = kp_resp::CreatePartitionsResponse::decode(&mut ours.clone(), version).unwrap();
             assert_eq!(decoded, theirs, "v{version}");
         }
     }
@@ -383,18 +333,12 @@ mod tests {
         let request = request_bytes(&sample_request(), VERSION_MAX);
         for len in 0..request.len() {
             let mut r = Reader::new(request.slice(..len));
-            assert!(
-                CreatePartitionsRequest::decode(&mut r, VERSION_MAX).is_err(),
-                "request cut at {len}"
-            );
+            assert!(CreatePartitionsRequest::decode(&mut r, VERSION_MAX).is_err(), "request cut at {len}");
         }
         let response = response_bytes(&sample_response(), VERSION_MAX);
         for len in 0..response.len() {
             let mut r = Reader::new(response.slice(..len));
-            assert!(
-                CreatePartitionsResponse::decode(&mut r, VERSION_MAX).is_err(),
-                "response cut at {len}"
-            );
+            assert!(CreatePartitionsResponse::decode(&mut r, VERSION_MAX).is_err(), "response cut at {len}");
         }
     }
 
@@ -408,10 +352,7 @@ mod tests {
         w.raw(&[0; 64]);
         let mut r = Reader::new(w.into_bytes());
         let result = CreatePartitionsRequest::decode(&mut r, VERSION_MAX);
-        assert!(
-            matches!(result, Err(DecodeError::ArrayTooLong { .. })),
-            "{result:?}"
-        );
+        assert!(matches!(result, Err(DecodeError::ArrayTooLong { .. })), "{result:?}");
     }
 
     #[test]
@@ -419,25 +360,14 @@ mod tests {
         let bytes = request_bytes(&sample_request(), VERSION_MAX);
         for version in [VERSION_MIN - 1, VERSION_MAX + 1] {
             let result = CreatePartitionsRequest::decode(&mut Reader::new(bytes.clone()), version);
-            assert!(
-                matches!(result, Err(DecodeError::UnsupportedVersion { .. })),
-                "v{version}"
-            );
+            assert!(matches!(result, Err(DecodeError::UnsupportedVersion { .. })), "v{version}");
         }
     }
 
     #[test]
     fn create_partitions_versions_match_the_advertised_range() {
-        let range = ApiKey::CreatePartitions
-            .range()
-            .expect("CreatePartitions is advertised");
-        assert_eq!(
-            (range.version_min, range.version_max),
-            (VERSION_MIN, VERSION_MAX)
-        );
-        assert!(
-            range.flexible_from > VERSION_MAX,
-            "this codec writes no flexible version"
-        );
+        let range = ApiKey::CreatePartitions.range().expect("CreatePartitions is advertised");
+        assert_eq!((range.version_min, range.version_max), (VERSION_MIN, VERSION_MAX));
+        assert!(range.flexible_from > VERSION_MAX, "this codec writes no flexible version");
     }
 }

@@ -59,11 +59,7 @@ impl CreateTopicsRequest {
         }
         let timeout_ms = r.i32()?;
         let validate_only = r.bool()?;
-        Ok(Self {
-            topics,
-            timeout_ms,
-            validate_only,
-        })
+        Ok(Self { topics, timeout_ms, validate_only })
     }
 
     pub fn encode(&self, w: &mut Writer, version: i16) {
@@ -111,16 +107,9 @@ impl CreateTopicsResponse {
             let name = r.string()?;
             let error = error::from_code(r.i16()?);
             let error_message = r.nullable_string()?;
-            topics.push(CreatableTopicResult {
-                name,
-                error,
-                error_message,
-            });
+            topics.push(CreatableTopicResult { name, error, error_message });
         }
-        Ok(Self {
-            throttle_time_ms,
-            topics,
-        })
+        Ok(Self { throttle_time_ms, topics })
     }
 }
 
@@ -138,10 +127,7 @@ impl CreatableTopic {
             for _ in 0..broker_count {
                 broker_ids.push(r.i32()?);
             }
-            assignments.push(CreatableReplicaAssignment {
-                partition_index,
-                broker_ids,
-            });
+            assignments.push(CreatableReplicaAssignment { partition_index, broker_ids });
         }
         let config_count = r.array_len(CONFIG_BYTES_MIN)?;
         let mut configs = Vec::with_capacity(config_count);
@@ -150,13 +136,7 @@ impl CreatableTopic {
             let value = r.nullable_string()?;
             configs.push(CreatableTopicConfig { name, value });
         }
-        Ok(Self {
-            name,
-            num_partitions,
-            replication_factor,
-            assignments,
-            configs,
-        })
+        Ok(Self { name, num_partitions, replication_factor, assignments, configs })
     }
 
     fn encode(&self, w: &mut Writer) {
@@ -195,19 +175,13 @@ fn check_version(version: i16) -> DecodeResult<()> {
     if (VERSION_MIN..=VERSION_MAX).contains(&version) {
         return Ok(());
     }
-    Err(DecodeError::UnsupportedVersion {
-        api_key: ApiKey::CreateTopics as i16,
-        version,
-    })
+    Err(DecodeError::UnsupportedVersion { api_key: ApiKey::CreateTopics as i16, version })
 }
 
 /// The header parser only admits supported versions, so another one here is
 /// our own bug.
 fn assert_version(version: i16) {
-    assert!(
-        (VERSION_MIN..=VERSION_MAX).contains(&version),
-        "CreateTopics v{version} is not supported"
-    );
+    assert!((VERSION_MIN..=VERSION_MAX).contains(&version), "CreateTopics v{version} is not supported");
 }
 
 #[cfg(test)]
@@ -229,14 +203,8 @@ mod tests {
                     replication_factor: 3,
                     assignments: vec![],
                     configs: vec![
-                        CreatableTopicConfig {
-                            name: "cleanup.policy".into(),
-                            value: Some("compact".into()),
-                        },
-                        CreatableTopicConfig {
-                            name: "retention.ms".into(),
-                            value: None,
-                        },
+                        CreatableTopicConfig { name: "cleanup.policy".into(), value: Some("compact".into()) },
+                        CreatableTopicConfig { name: "retention.ms".into(), value: None },
                     ],
                 },
                 CreatableTopic {
@@ -244,14 +212,8 @@ mod tests {
                     num_partitions: -1,
                     replication_factor: -1,
                     assignments: vec![
-                        CreatableReplicaAssignment {
-                            partition_index: 0,
-                            broker_ids: vec![1, 2, 3],
-                        },
-                        CreatableReplicaAssignment {
-                            partition_index: 1,
-                            broker_ids: vec![],
-                        },
+                        CreatableReplicaAssignment { partition_index: 0, broker_ids: vec![1, 2, 3] },
+                        CreatableReplicaAssignment { partition_index: 1, broker_ids: vec![] },
                     ],
                     configs: vec![],
                 },
@@ -265,11 +227,7 @@ mod tests {
         CreateTopicsResponse {
             throttle_time_ms: 7,
             topics: vec![
-                CreatableTopicResult {
-                    name: "orders".into(),
-                    error: ErrorCode::None,
-                    error_message: None,
-                },
+                CreatableTopicResult { name: "orders".into(), error: ErrorCode::None, error_message: None },
                 CreatableTopicResult {
                     name: "placed-ü".into(),
                     error: ErrorCode::TopicAlreadyExists,
@@ -298,9 +256,7 @@ mod tests {
                             .map(|a| {
                                 kp_req::CreatableReplicaAssignment::default()
                                     .with_partition_index(a.partition_index)
-                                    .with_broker_ids(
-                                        a.broker_ids.iter().map(|&b| BrokerId(b)).collect(),
-                                    )
+                                    .with_broker_ids(a.broker_ids.iter().map(|&b| BrokerId(b)).collect())
                             })
                             .collect(),
                     )
@@ -333,16 +289,12 @@ mod tests {
                     .with_error_message(t.error_message.as_deref().map(str_bytes))
             })
             .collect();
-        kp_resp::CreateTopicsResponse::default()
-            .with_throttle_time_ms(ours.throttle_time_ms)
-            .with_topics(topics)
+        kp_resp::CreateTopicsResponse::default().with_throttle_time_ms(ours.throttle_time_ms).with_topics(topics)
     }
 
     fn kp_encode<M: Encodable>(message: &M, version: i16) -> Bytes {
         let mut buf = BytesMut::new();
-        message
-            .encode(&mut buf, version)
-            .expect("kafka-protocol encodes the message");
+        message.encode(&mut buf, version).expect("kafka-protocol encodes the message");
         buf.freeze()
     }
 
@@ -362,11 +314,7 @@ mod tests {
     fn create_topics_request_round_trips_in_every_version() {
         for version in VERSION_MIN..=VERSION_MAX {
             let mut r = Reader::new(request_bytes(&sample_request(), version));
-            assert_eq!(
-                CreateTopicsRequest::decode(&mut r, version).unwrap(),
-                sample_request(),
-                "v{version}"
-            );
+            assert_eq!(CreateTopicsRequest::decode(&mut r, version).unwrap(), sample_request(), "v{version}");
             assert_eq!(r.remaining(), 0, "v{version}");
         }
     }
@@ -375,11 +323,7 @@ mod tests {
     fn create_topics_response_round_trips_in_every_version() {
         for version in VERSION_MIN..=VERSION_MAX {
             let mut r = Reader::new(response_bytes(&sample_response(), version));
-            assert_eq!(
-                CreateTopicsResponse::decode(&mut r, version).unwrap(),
-                sample_response(),
-                "v{version}"
-            );
+            assert_eq!(CreateTopicsResponse::decode(&mut r, version).unwrap(), sample_response(), "v{version}");
             assert_eq!(r.remaining(), 0, "v{version}");
         }
     }
@@ -401,8 +345,7 @@ mod tests {
         for version in VERSION_MIN..=VERSION_MAX {
             let ours = response_bytes(&sample_response(), version);
             assert_eq!(ours, kp_encode(&theirs, version), "v{version}");
-            let decoded =
-                kp_resp::CreateTopicsResponse::decode(&mut ours.clone(), version).unwrap();
+            let decoded = kp_resp::CreateTopicsResponse::decode(&mut ours.clone(), version).unwrap();
             assert_eq!(decoded, theirs, "v{version}");
         }
     }
@@ -412,18 +355,12 @@ mod tests {
         let request = request_bytes(&sample_request(), VERSION_MAX);
         for len in 0..request.len() {
             let mut r = Reader::new(request.slice(..len));
-            assert!(
-                CreateTopicsRequest::decode(&mut r, VERSION_MAX).is_err(),
-                "request cut at {len}"
-            );
+            assert!(CreateTopicsRequest::decode(&mut r, VERSION_MAX).is_err(), "request cut at {len}");
         }
         let response = response_bytes(&sample_response(), VERSION_MAX);
         for len in 0..response.len() {
             let mut r = Reader::new(response.slice(..len));
-            assert!(
-                CreateTopicsResponse::decode(&mut r, VERSION_MAX).is_err(),
-                "response cut at {len}"
-            );
+            assert!(CreateTopicsResponse::decode(&mut r, VERSION_MAX).is_err(), "response cut at {len}");
         }
     }
 
@@ -434,10 +371,7 @@ mod tests {
         w.raw(&[0; 64]);
         let mut r = Reader::new(w.into_bytes());
         let result = CreateTopicsRequest::decode(&mut r, VERSION_MAX);
-        assert!(
-            matches!(result, Err(DecodeError::ArrayTooLong { .. })),
-            "{result:?}"
-        );
+        assert!(matches!(result, Err(DecodeError::ArrayTooLong { .. })), "{result:?}");
     }
 
     #[test]
@@ -445,25 +379,14 @@ mod tests {
         let bytes = request_bytes(&sample_request(), VERSION_MAX);
         for version in [VERSION_MIN - 1, VERSION_MAX + 1] {
             let result = CreateTopicsRequest::decode(&mut Reader::new(bytes.clone()), version);
-            assert!(
-                matches!(result, Err(DecodeError::UnsupportedVersion { .. })),
-                "v{version}"
-            );
+            assert!(matches!(result, Err(DecodeError::UnsupportedVersion { .. })), "v{version}");
         }
     }
 
     #[test]
     fn create_topics_versions_match_the_advertised_range() {
-        let range = ApiKey::CreateTopics
-            .range()
-            .expect("CreateTopics is advertised");
-        assert_eq!(
-            (range.version_min, range.version_max),
-            (VERSION_MIN, VERSION_MAX)
-        );
-        assert!(
-            range.flexible_from > VERSION_MAX,
-            "this codec writes no flexible version"
-        );
+        let range = ApiKey::CreateTopics.range().expect("CreateTopics is advertised");
+        assert_eq!((range.version_min, range.version_max), (VERSION_MIN, VERSION_MAX));
+        assert!(range.flexible_from > VERSION_MAX, "this codec writes no flexible version");
     }
 }

@@ -67,10 +67,7 @@ impl DeleteGroupsResponse {
             let error = error::from_code(r.i16()?);
             results.push(DeletedGroup { group_id, error });
         }
-        Ok(Self {
-            throttle_time_ms,
-            results,
-        })
+        Ok(Self { throttle_time_ms, results })
     }
 }
 
@@ -78,10 +75,7 @@ fn check_version(version: i16) -> DecodeResult<()> {
     if (VERSION_MIN..=VERSION_MAX).contains(&version) {
         return Ok(());
     }
-    Err(DecodeError::UnsupportedVersion {
-        api_key: 42,
-        version,
-    })
+    Err(DecodeError::UnsupportedVersion { api_key: 42, version })
 }
 
 #[cfg(test)]
@@ -102,23 +96,15 @@ mod tests {
     }
 
     fn request() -> DeleteGroupsRequest {
-        DeleteGroupsRequest {
-            groups_names: vec!["orders".into(), "".into(), "audit".into()],
-        }
+        DeleteGroupsRequest { groups_names: vec!["orders".into(), "".into(), "audit".into()] }
     }
 
     fn response() -> DeleteGroupsResponse {
         DeleteGroupsResponse {
             throttle_time_ms: 11,
             results: vec![
-                DeletedGroup {
-                    group_id: "orders".into(),
-                    error: ErrorCode::None,
-                },
-                DeletedGroup {
-                    group_id: "audit".into(),
-                    error: ErrorCode::NonEmptyGroup,
-                },
+                DeletedGroup { group_id: "orders".into(), error: ErrorCode::None },
+                DeletedGroup { group_id: "audit".into(), error: ErrorCode::NonEmptyGroup },
             ],
         }
     }
@@ -157,18 +143,9 @@ mod tests {
     fn request_bytes_match_kafka_protocol_crate() {
         for version in VERSION_MIN..=VERSION_MAX {
             let message = request();
-            let oracle = oracle::DeleteGroupsRequest::default().with_groups_names(
-                message
-                    .groups_names
-                    .iter()
-                    .map(|g| oracle::GroupId(text(g)))
-                    .collect(),
-            );
-            assert_eq!(
-                encode_request(&message, version),
-                theirs(&oracle, version),
-                "v{version}"
-            );
+            let oracle = oracle::DeleteGroupsRequest::default()
+                .with_groups_names(message.groups_names.iter().map(|g| oracle::GroupId(text(g))).collect());
+            assert_eq!(encode_request(&message, version), theirs(&oracle, version), "v{version}");
         }
     }
 
@@ -188,11 +165,7 @@ mod tests {
             let oracle = oracle::DeleteGroupsResponse::default()
                 .with_throttle_time_ms(message.throttle_time_ms)
                 .with_results(results);
-            assert_eq!(
-                encode_response(&message, version),
-                theirs(&oracle, version),
-                "v{version}"
-            );
+            assert_eq!(encode_response(&message, version), theirs(&oracle, version), "v{version}");
         }
     }
 

@@ -47,10 +47,7 @@ impl DeleteRecordsRequest {
             for _ in 0..partition_count {
                 let partition_index = r.i32()?;
                 let offset = r.i64()?;
-                partitions.push(DeleteRecordsPartition {
-                    partition_index,
-                    offset,
-                });
+                partitions.push(DeleteRecordsPartition { partition_index, offset });
             }
             topics.push(DeleteRecordsTopic { name, partitions });
         }
@@ -122,18 +119,11 @@ impl DeleteRecordsResponse {
                 let partition_index = r.i32()?;
                 let low_watermark = r.i64()?;
                 let error = error::from_code(r.i16()?);
-                partitions.push(DeleteRecordsPartitionResult {
-                    partition_index,
-                    low_watermark,
-                    error,
-                });
+                partitions.push(DeleteRecordsPartitionResult { partition_index, low_watermark, error });
             }
             topics.push(DeleteRecordsTopicResult { name, partitions });
         }
-        Ok(Self {
-            throttle_time_ms,
-            topics,
-        })
+        Ok(Self { throttle_time_ms, topics })
     }
 }
 
@@ -150,19 +140,13 @@ fn check_version(version: i16) -> DecodeResult<()> {
     if (VERSION_MIN..=VERSION_MAX).contains(&version) {
         return Ok(());
     }
-    Err(DecodeError::UnsupportedVersion {
-        api_key: ApiKey::DeleteRecords as i16,
-        version,
-    })
+    Err(DecodeError::UnsupportedVersion { api_key: ApiKey::DeleteRecords as i16, version })
 }
 
 /// The header parser only admits supported versions, so another one here is
 /// our own bug.
 fn assert_version(version: i16) {
-    assert!(
-        (VERSION_MIN..=VERSION_MAX).contains(&version),
-        "DeleteRecords v{version} is not supported"
-    );
+    assert!((VERSION_MIN..=VERSION_MAX).contains(&version), "DeleteRecords v{version} is not supported");
 }
 
 #[cfg(test)]
@@ -181,20 +165,11 @@ mod tests {
                 DeleteRecordsTopic {
                     name: "orders".into(),
                     partitions: vec![
-                        DeleteRecordsPartition {
-                            partition_index: 0,
-                            offset: 1 << 40,
-                        },
-                        DeleteRecordsPartition {
-                            partition_index: 7,
-                            offset: -1,
-                        },
+                        DeleteRecordsPartition { partition_index: 0, offset: 1 << 40 },
+                        DeleteRecordsPartition { partition_index: 7, offset: -1 },
                     ],
                 },
-                DeleteRecordsTopic {
-                    name: "quiet".into(),
-                    partitions: vec![],
-                },
+                DeleteRecordsTopic { name: "quiet".into(), partitions: vec![] },
             ],
             timeout_ms: 5_000,
         }
@@ -206,11 +181,7 @@ mod tests {
             topics: vec![DeleteRecordsTopicResult {
                 name: "orders".into(),
                 partitions: vec![
-                    DeleteRecordsPartitionResult {
-                        partition_index: 0,
-                        low_watermark: 1 << 40,
-                        error: ErrorCode::None,
-                    },
+                    DeleteRecordsPartitionResult { partition_index: 0, low_watermark: 1 << 40, error: ErrorCode::None },
                     DeleteRecordsPartitionResult {
                         partition_index: 7,
                         low_watermark: -1,
@@ -239,14 +210,10 @@ mod tests {
                             .with_offset(p.offset)
                     })
                     .collect();
-                kp_req::DeleteRecordsTopic::default()
-                    .with_name(topic_name(&t.name))
-                    .with_partitions(partitions)
+                kp_req::DeleteRecordsTopic::default().with_name(topic_name(&t.name)).with_partitions(partitions)
             })
             .collect();
-        kp_req::DeleteRecordsRequest::default()
-            .with_topics(topics)
-            .with_timeout_ms(ours.timeout_ms)
+        kp_req::DeleteRecordsRequest::default().with_topics(topics).with_timeout_ms(ours.timeout_ms)
     }
 
     fn kp_response(ours: &DeleteRecordsResponse) -> kp_resp::DeleteRecordsResponse {
@@ -264,21 +231,15 @@ mod tests {
                             .with_error_code(p.error.code())
                     })
                     .collect();
-                kp_resp::DeleteRecordsTopicResult::default()
-                    .with_name(topic_name(&t.name))
-                    .with_partitions(partitions)
+                kp_resp::DeleteRecordsTopicResult::default().with_name(topic_name(&t.name)).with_partitions(partitions)
             })
             .collect();
-        kp_resp::DeleteRecordsResponse::default()
-            .with_throttle_time_ms(ours.throttle_time_ms)
-            .with_topics(topics)
+        kp_resp::DeleteRecordsResponse::default().with_throttle_time_ms(ours.throttle_time_ms).with_topics(topics)
     }
 
     fn kp_encode<M: Encodable>(message: &M, version: i16) -> Bytes {
         let mut buf = BytesMut::new();
-        message
-            .encode(&mut buf, version)
-            .expect("kafka-protocol encodes the message");
+        message.encode(&mut buf, version).expect("kafka-protocol encodes the message");
         buf.freeze()
     }
 
@@ -298,11 +259,7 @@ mod tests {
     fn delete_records_request_round_trips_in_every_version() {
         for version in VERSION_MIN..=VERSION_MAX {
             let mut r = Reader::new(request_bytes(&sample_request(), version));
-            assert_eq!(
-                DeleteRecordsRequest::decode(&mut r, version).unwrap(),
-                sample_request(),
-                "v{version}"
-            );
+            assert_eq!(DeleteRecordsRequest::decode(&mut r, version).unwrap(), sample_request(), "v{version}");
             assert_eq!(r.remaining(), 0, "v{version}");
         }
     }
@@ -311,11 +268,7 @@ mod tests {
     fn delete_records_response_round_trips_in_every_version() {
         for version in VERSION_MIN..=VERSION_MAX {
             let mut r = Reader::new(response_bytes(&sample_response(), version));
-            assert_eq!(
-                DeleteRecordsResponse::decode(&mut r, version).unwrap(),
-                sample_response(),
-                "v{version}"
-            );
+            assert_eq!(DeleteRecordsResponse::decode(&mut r, version).unwrap(), sample_response(), "v{version}");
             assert_eq!(r.remaining(), 0, "v{version}");
         }
     }
@@ -337,8 +290,7 @@ mod tests {
         for version in VERSION_MIN..=VERSION_MAX {
             let ours = response_bytes(&sample_response(), version);
             assert_eq!(ours, kp_encode(&theirs, version), "v{version}");
-            let decoded =
-                kp_resp::DeleteRecordsResponse::decode(&mut ours.clone(), version).unwrap();
+            let decoded = kp_resp::DeleteRecordsResponse::decode(&mut ours.clone(), version).unwrap();
             assert_eq!(decoded, theirs, "v{version}");
         }
     }
@@ -348,18 +300,12 @@ mod tests {
         let request = request_bytes(&sample_request(), VERSION_MAX);
         for len in 0..request.len() {
             let mut r = Reader::new(request.slice(..len));
-            assert!(
-                DeleteRecordsRequest::decode(&mut r, VERSION_MAX).is_err(),
-                "request cut at {len}"
-            );
+            assert!(DeleteRecordsRequest::decode(&mut r, VERSION_MAX).is_err(), "request cut at {len}");
         }
         let response = response_bytes(&sample_response(), VERSION_MAX);
         for len in 0..response.len() {
             let mut r = Reader::new(response.slice(..len));
-            assert!(
-                DeleteRecordsResponse::decode(&mut r, VERSION_MAX).is_err(),
-                "response cut at {len}"
-            );
+            assert!(DeleteRecordsResponse::decode(&mut r, VERSION_MAX).is_err(), "response cut at {len}");
         }
     }
 
@@ -373,10 +319,7 @@ mod tests {
         w.raw(&[0; 59]);
         let mut r = Reader::new(w.into_bytes());
         let result = DeleteRecordsRequest::decode(&mut r, VERSION_MAX);
-        assert!(
-            matches!(result, Err(DecodeError::ArrayTooLong { .. })),
-            "{result:?}"
-        );
+        assert!(matches!(result, Err(DecodeError::ArrayTooLong { .. })), "{result:?}");
     }
 
     #[test]
@@ -384,25 +327,14 @@ mod tests {
         let bytes = request_bytes(&sample_request(), VERSION_MAX);
         for version in [VERSION_MIN - 1, VERSION_MAX + 1] {
             let result = DeleteRecordsRequest::decode(&mut Reader::new(bytes.clone()), version);
-            assert!(
-                matches!(result, Err(DecodeError::UnsupportedVersion { .. })),
-                "v{version}"
-            );
+            assert!(matches!(result, Err(DecodeError::UnsupportedVersion { .. })), "v{version}");
         }
     }
 
     #[test]
     fn delete_records_versions_match_the_advertised_range() {
-        let range = ApiKey::DeleteRecords
-            .range()
-            .expect("DeleteRecords is advertised");
-        assert_eq!(
-            (range.version_min, range.version_max),
-            (VERSION_MIN, VERSION_MAX)
-        );
-        assert!(
-            range.flexible_from > VERSION_MAX,
-            "this codec writes no flexible version"
-        );
+        let range = ApiKey::DeleteRecords.range().expect("DeleteRecords is advertised");
+        assert_eq!((range.version_min, range.version_max), (VERSION_MIN, VERSION_MAX));
+        assert!(range.flexible_from > VERSION_MAX, "this codec writes no flexible version");
     }
 }

@@ -28,10 +28,7 @@ impl DeleteTopicsRequest {
             topic_names.push(r.string()?);
         }
         let timeout_ms = r.i32()?;
-        Ok(Self {
-            topic_names,
-            timeout_ms,
-        })
+        Ok(Self { topic_names, timeout_ms })
     }
 
     pub fn encode(&self, w: &mut Writer, version: i16) {
@@ -77,10 +74,7 @@ impl DeleteTopicsResponse {
             let error = error::from_code(r.i16()?);
             responses.push(DeletableTopicResult { name, error });
         }
-        Ok(Self {
-            throttle_time_ms,
-            responses,
-        })
+        Ok(Self { throttle_time_ms, responses })
     }
 }
 
@@ -95,19 +89,13 @@ fn check_version(version: i16) -> DecodeResult<()> {
     if (VERSION_MIN..=VERSION_MAX).contains(&version) {
         return Ok(());
     }
-    Err(DecodeError::UnsupportedVersion {
-        api_key: ApiKey::DeleteTopics as i16,
-        version,
-    })
+    Err(DecodeError::UnsupportedVersion { api_key: ApiKey::DeleteTopics as i16, version })
 }
 
 /// The header parser only admits supported versions, so another one here is
 /// our own bug.
 fn assert_version(version: i16) {
-    assert!(
-        (VERSION_MIN..=VERSION_MAX).contains(&version),
-        "DeleteTopics v{version} is not supported"
-    );
+    assert!((VERSION_MIN..=VERSION_MAX).contains(&version), "DeleteTopics v{version} is not supported");
 }
 
 #[cfg(test)]
@@ -121,28 +109,16 @@ mod tests {
     use super::*;
 
     fn sample_request() -> DeleteTopicsRequest {
-        DeleteTopicsRequest {
-            topic_names: vec!["orders".into(), "".into(), "ünïcode".into()],
-            timeout_ms: 15_000,
-        }
+        DeleteTopicsRequest { topic_names: vec!["orders".into(), "".into(), "ünïcode".into()], timeout_ms: 15_000 }
     }
 
     fn sample_response() -> DeleteTopicsResponse {
         DeleteTopicsResponse {
             throttle_time_ms: 3,
             responses: vec![
-                DeletableTopicResult {
-                    name: "orders".into(),
-                    error: ErrorCode::None,
-                },
-                DeletableTopicResult {
-                    name: "".into(),
-                    error: ErrorCode::InvalidTopicException,
-                },
-                DeletableTopicResult {
-                    name: "ünïcode".into(),
-                    error: ErrorCode::UnknownTopicOrPartition,
-                },
+                DeletableTopicResult { name: "orders".into(), error: ErrorCode::None },
+                DeletableTopicResult { name: "".into(), error: ErrorCode::InvalidTopicException },
+                DeletableTopicResult { name: "ünïcode".into(), error: ErrorCode::UnknownTopicOrPartition },
             ],
         }
     }
@@ -167,16 +143,12 @@ mod tests {
                     .with_error_code(t.error.code())
             })
             .collect();
-        kp_resp::DeleteTopicsResponse::default()
-            .with_throttle_time_ms(ours.throttle_time_ms)
-            .with_responses(responses)
+        kp_resp::DeleteTopicsResponse::default().with_throttle_time_ms(ours.throttle_time_ms).with_responses(responses)
     }
 
     fn kp_encode<M: Encodable>(message: &M, version: i16) -> Bytes {
         let mut buf = BytesMut::new();
-        message
-            .encode(&mut buf, version)
-            .expect("kafka-protocol encodes the message");
+        message.encode(&mut buf, version).expect("kafka-protocol encodes the message");
         buf.freeze()
     }
 
@@ -196,11 +168,7 @@ mod tests {
     fn delete_topics_request_round_trips_in_every_version() {
         for version in VERSION_MIN..=VERSION_MAX {
             let mut r = Reader::new(request_bytes(&sample_request(), version));
-            assert_eq!(
-                DeleteTopicsRequest::decode(&mut r, version).unwrap(),
-                sample_request(),
-                "v{version}"
-            );
+            assert_eq!(DeleteTopicsRequest::decode(&mut r, version).unwrap(), sample_request(), "v{version}");
             assert_eq!(r.remaining(), 0, "v{version}");
         }
     }
@@ -209,11 +177,7 @@ mod tests {
     fn delete_topics_response_round_trips_in_every_version() {
         for version in VERSION_MIN..=VERSION_MAX {
             let mut r = Reader::new(response_bytes(&sample_response(), version));
-            assert_eq!(
-                DeleteTopicsResponse::decode(&mut r, version).unwrap(),
-                sample_response(),
-                "v{version}"
-            );
+            assert_eq!(DeleteTopicsResponse::decode(&mut r, version).unwrap(), sample_response(), "v{version}");
             assert_eq!(r.remaining(), 0, "v{version}");
         }
     }
@@ -235,8 +199,7 @@ mod tests {
         for version in VERSION_MIN..=VERSION_MAX {
             let ours = response_bytes(&sample_response(), version);
             assert_eq!(ours, kp_encode(&theirs, version), "v{version}");
-            let decoded =
-                kp_resp::DeleteTopicsResponse::decode(&mut ours.clone(), version).unwrap();
+            let decoded = kp_resp::DeleteTopicsResponse::decode(&mut ours.clone(), version).unwrap();
             assert_eq!(decoded, theirs, "v{version}");
         }
     }
@@ -246,18 +209,12 @@ mod tests {
         let request = request_bytes(&sample_request(), VERSION_MAX);
         for len in 0..request.len() {
             let mut r = Reader::new(request.slice(..len));
-            assert!(
-                DeleteTopicsRequest::decode(&mut r, VERSION_MAX).is_err(),
-                "request cut at {len}"
-            );
+            assert!(DeleteTopicsRequest::decode(&mut r, VERSION_MAX).is_err(), "request cut at {len}");
         }
         let response = response_bytes(&sample_response(), VERSION_MAX);
         for len in 0..response.len() {
             let mut r = Reader::new(response.slice(..len));
-            assert!(
-                DeleteTopicsResponse::decode(&mut r, VERSION_MAX).is_err(),
-                "response cut at {len}"
-            );
+            assert!(DeleteTopicsResponse::decode(&mut r, VERSION_MAX).is_err(), "response cut at {len}");
         }
     }
 
@@ -268,10 +225,7 @@ mod tests {
         w.raw(&[0; 64]);
         let mut r = Reader::new(w.into_bytes());
         let result = DeleteTopicsRequest::decode(&mut r, VERSION_MAX);
-        assert!(
-            matches!(result, Err(DecodeError::ArrayTooLong { .. })),
-            "{result:?}"
-        );
+        assert!(matches!(result, Err(DecodeError::ArrayTooLong { .. })), "{result:?}");
     }
 
     #[test]
@@ -279,25 +233,14 @@ mod tests {
         let bytes = request_bytes(&sample_request(), VERSION_MAX);
         for version in [VERSION_MIN - 1, VERSION_MAX + 1] {
             let result = DeleteTopicsRequest::decode(&mut Reader::new(bytes.clone()), version);
-            assert!(
-                matches!(result, Err(DecodeError::UnsupportedVersion { .. })),
-                "v{version}"
-            );
+            assert!(matches!(result, Err(DecodeError::UnsupportedVersion { .. })), "v{version}");
         }
     }
 
     #[test]
     fn delete_topics_versions_match_the_advertised_range() {
-        let range = ApiKey::DeleteTopics
-            .range()
-            .expect("DeleteTopics is advertised");
-        assert_eq!(
-            (range.version_min, range.version_max),
-            (VERSION_MIN, VERSION_MAX)
-        );
-        assert!(
-            range.flexible_from > VERSION_MAX,
-            "this codec writes no flexible version"
-        );
+        let range = ApiKey::DeleteTopics.range().expect("DeleteTopics is advertised");
+        assert_eq!((range.version_min, range.version_max), (VERSION_MIN, VERSION_MAX));
+        assert!(range.flexible_from > VERSION_MAX, "this codec writes no flexible version");
     }
 }

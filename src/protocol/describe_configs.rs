@@ -57,16 +57,8 @@ impl DescribeConfigsRequest {
             resources.push(DescribeConfigsResource::decode(r)?);
         }
         let include_synonyms = r.bool()?;
-        let include_documentation = if version >= DOCUMENTATION_VERSION_MIN {
-            r.bool()?
-        } else {
-            false
-        };
-        Ok(Self {
-            resources,
-            include_synonyms,
-            include_documentation,
-        })
+        let include_documentation = if version >= DOCUMENTATION_VERSION_MIN { r.bool()? } else { false };
+        Ok(Self { resources, include_synonyms, include_documentation })
     }
 
     pub fn encode(&self, w: &mut Writer, version: i16) {
@@ -153,18 +145,9 @@ impl DescribeConfigsResponse {
             for _ in 0..config_count {
                 configs.push(DescribeConfigsResourceResult::decode(r, version)?);
             }
-            results.push(DescribeConfigsResult {
-                error,
-                error_message,
-                resource_type,
-                resource_name,
-                configs,
-            });
+            results.push(DescribeConfigsResult { error, error_message, resource_type, resource_name, configs });
         }
-        Ok(Self {
-            throttle_time_ms,
-            results,
-        })
+        Ok(Self { throttle_time_ms, results })
     }
 }
 
@@ -182,11 +165,7 @@ impl DescribeConfigsResource {
                 Some(keys)
             }
         };
-        Ok(Self {
-            resource_type,
-            resource_name,
-            configuration_keys,
-        })
+        Ok(Self { resource_type, resource_name, configuration_keys })
     }
 
     fn encode(&self, w: &mut Writer) {
@@ -217,27 +196,14 @@ impl DescribeConfigsResourceResult {
             let name = r.string()?;
             let value = r.nullable_string()?;
             let source = r.i8()?;
-            synonyms.push(DescribeConfigsSynonym {
-                name,
-                value,
-                source,
-            });
+            synonyms.push(DescribeConfigsSynonym { name, value, source });
         }
         let (config_type, documentation) = if version >= DOCUMENTATION_VERSION_MIN {
             (r.i8()?, r.nullable_string()?)
         } else {
             (CONFIG_TYPE_UNKNOWN, None)
         };
-        Ok(Self {
-            name,
-            value,
-            read_only,
-            config_source,
-            is_sensitive,
-            synonyms,
-            config_type,
-            documentation,
-        })
+        Ok(Self { name, value, read_only, config_source, is_sensitive, synonyms, config_type, documentation })
     }
 
     fn encode(&self, w: &mut Writer, version: i16) {
@@ -295,19 +261,13 @@ fn check_version(version: i16) -> DecodeResult<()> {
     if (VERSION_MIN..=VERSION_MAX).contains(&version) {
         return Ok(());
     }
-    Err(DecodeError::UnsupportedVersion {
-        api_key: ApiKey::DescribeConfigs as i16,
-        version,
-    })
+    Err(DecodeError::UnsupportedVersion { api_key: ApiKey::DescribeConfigs as i16, version })
 }
 
 /// The header parser only admits supported versions, so another one here is
 /// our own bug.
 fn assert_version(version: i16) {
-    assert!(
-        (VERSION_MIN..=VERSION_MAX).contains(&version),
-        "DescribeConfigs v{version} is not supported"
-    );
+    assert!((VERSION_MIN..=VERSION_MAX).contains(&version), "DescribeConfigs v{version} is not supported");
 }
 
 #[cfg(test)]
@@ -328,11 +288,7 @@ mod tests {
                     resource_name: "orders".into(),
                     configuration_keys: Some(vec!["retention.ms".into(), "cleanup.policy".into()]),
                 },
-                DescribeConfigsResource {
-                    resource_type: 4,
-                    resource_name: "1".into(),
-                    configuration_keys: None,
-                },
+                DescribeConfigsResource { resource_type: 4, resource_name: "1".into(), configuration_keys: None },
                 DescribeConfigsResource {
                     resource_type: 8,
                     resource_name: "1".into(),
@@ -368,15 +324,10 @@ mod tests {
                                     value: Some("604800000".into()),
                                     source: 1,
                                 },
-                                DescribeConfigsSynonym {
-                                    name: "log.retention.ms".into(),
-                                    value: None,
-                                    source: 4,
-                                },
+                                DescribeConfigsSynonym { name: "log.retention.ms".into(), value: None, source: 4 },
                             ],
                             config_type: if documented { 5 } else { CONFIG_TYPE_UNKNOWN },
-                            documentation: documented
-                                .then(|| "How long to keep a log segment.".into()),
+                            documentation: documented.then(|| "How long to keep a log segment.".into()),
                         },
                         DescribeConfigsResourceResult {
                             name: "sasl.jaas.config".into(),
@@ -414,9 +365,7 @@ mod tests {
                     .with_resource_type(res.resource_type)
                     .with_resource_name(str_bytes(&res.resource_name))
                     .with_configuration_keys(
-                        res.configuration_keys
-                            .as_ref()
-                            .map(|keys| keys.iter().map(|k| str_bytes(k)).collect()),
+                        res.configuration_keys.as_ref().map(|keys| keys.iter().map(|k| str_bytes(k)).collect()),
                     )
             })
             .collect();
@@ -464,16 +413,12 @@ mod tests {
                     .with_configs(configs)
             })
             .collect();
-        kp_resp::DescribeConfigsResponse::default()
-            .with_throttle_time_ms(ours.throttle_time_ms)
-            .with_results(results)
+        kp_resp::DescribeConfigsResponse::default().with_throttle_time_ms(ours.throttle_time_ms).with_results(results)
     }
 
     fn kp_encode<M: Encodable>(message: &M, version: i16) -> Bytes {
         let mut buf = BytesMut::new();
-        message
-            .encode(&mut buf, version)
-            .expect("kafka-protocol encodes the message");
+        message.encode(&mut buf, version).expect("kafka-protocol encodes the message");
         buf.freeze()
     }
 
@@ -493,11 +438,7 @@ mod tests {
     fn describe_configs_request_round_trips_in_every_version() {
         for version in VERSION_MIN..=VERSION_MAX {
             let mut r = Reader::new(request_bytes(&sample_request(version), version));
-            assert_eq!(
-                DescribeConfigsRequest::decode(&mut r, version).unwrap(),
-                sample_request(version),
-                "v{version}"
-            );
+            assert_eq!(DescribeConfigsRequest::decode(&mut r, version).unwrap(), sample_request(version), "v{version}");
             assert_eq!(r.remaining(), 0, "v{version}");
         }
     }
@@ -518,8 +459,7 @@ mod tests {
             let theirs = kp_request(&sample_request(version));
             let ours = request_bytes(&sample_request(version), version);
             assert_eq!(ours, kp_encode(&theirs, version), "v{version}");
-            let decoded =
-                kp_req::DescribeConfigsRequest::decode(&mut ours.clone(), version).unwrap();
+            let decoded = kp_req::DescribeConfigsRequest::decode(&mut ours.clone(), version).unwrap();
             assert_eq!(decoded, theirs, "v{version}");
         }
     }
@@ -530,16 +470,11 @@ mod tests {
             let theirs = kp_response(&sample_response(version));
             let ours = response_bytes(&sample_response(version), version);
             assert_eq!(ours, kp_encode(&theirs, version), "v{version}");
-            let decoded =
-                kp_resp::DescribeConfigsResponse::decode(&mut ours.clone(), version).unwrap();
+            let decoded = kp_resp::DescribeConfigsResponse::decode(&mut ours.clone(), version).unwrap();
             let mut expected = theirs;
             if version < DOCUMENTATION_VERSION_MIN {
                 // Absent, kafka-protocol reads it as "" (the Java default); we read None.
-                for config in expected
-                    .results
-                    .iter_mut()
-                    .flat_map(|result| result.configs.iter_mut())
-                {
+                for config in expected.results.iter_mut().flat_map(|result| result.configs.iter_mut()) {
                     config.documentation = Some(StrBytes::default());
                 }
             }
@@ -574,18 +509,12 @@ mod tests {
             let request = request_bytes(&sample_request(version), version);
             for len in 0..request.len() {
                 let mut r = Reader::new(request.slice(..len));
-                assert!(
-                    DescribeConfigsRequest::decode(&mut r, version).is_err(),
-                    "v{version} request cut at {len}"
-                );
+                assert!(DescribeConfigsRequest::decode(&mut r, version).is_err(), "v{version} request cut at {len}");
             }
             let response = response_bytes(&sample_response(version), version);
             for len in 0..response.len() {
                 let mut r = Reader::new(response.slice(..len));
-                assert!(
-                    DescribeConfigsResponse::decode(&mut r, version).is_err(),
-                    "v{version} response cut at {len}"
-                );
+                assert!(DescribeConfigsResponse::decode(&mut r, version).is_err(), "v{version} response cut at {len}");
             }
         }
     }
@@ -604,10 +533,7 @@ mod tests {
         w.raw(&[0; 55]);
         let mut r = Reader::new(w.into_bytes());
         let result = DescribeConfigsResponse::decode(&mut r, 3);
-        assert!(
-            matches!(result, Err(DecodeError::ArrayTooLong { .. })),
-            "{result:?}"
-        );
+        assert!(matches!(result, Err(DecodeError::ArrayTooLong { .. })), "{result:?}");
     }
 
     #[test]
@@ -615,25 +541,14 @@ mod tests {
         let bytes = request_bytes(&sample_request(VERSION_MAX), VERSION_MAX);
         for version in [VERSION_MIN - 1, VERSION_MAX + 1] {
             let result = DescribeConfigsRequest::decode(&mut Reader::new(bytes.clone()), version);
-            assert!(
-                matches!(result, Err(DecodeError::UnsupportedVersion { .. })),
-                "v{version}"
-            );
+            assert!(matches!(result, Err(DecodeError::UnsupportedVersion { .. })), "v{version}");
         }
     }
 
     #[test]
     fn describe_configs_versions_match_the_advertised_range() {
-        let range = ApiKey::DescribeConfigs
-            .range()
-            .expect("DescribeConfigs is advertised");
-        assert_eq!(
-            (range.version_min, range.version_max),
-            (VERSION_MIN, VERSION_MAX)
-        );
-        assert!(
-            range.flexible_from > VERSION_MAX,
-            "this codec writes no flexible version"
-        );
+        let range = ApiKey::DescribeConfigs.range().expect("DescribeConfigs is advertised");
+        assert_eq!((range.version_min, range.version_max), (VERSION_MIN, VERSION_MAX));
+        assert!(range.flexible_from > VERSION_MAX, "this codec writes no flexible version");
     }
 }

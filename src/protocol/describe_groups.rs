@@ -30,10 +30,7 @@ impl DescribeGroupsRequest {
             groups.push(r.string()?);
         }
         let include_authorized_operations = if version >= 3 { r.bool()? } else { false };
-        Ok(Self {
-            groups,
-            include_authorized_operations,
-        })
+        Ok(Self { groups, include_authorized_operations })
     }
 
     pub fn encode(&self, w: &mut Writer, version: i16) {
@@ -120,10 +117,7 @@ impl DescribeGroupsResponse {
         for _ in 0..count {
             groups.push(decode_group(r, version)?);
         }
-        Ok(Self {
-            throttle_time_ms,
-            groups,
-        })
+        Ok(Self { throttle_time_ms, groups })
     }
 }
 
@@ -139,11 +133,7 @@ fn decode_group(r: &mut Reader, version: i16) -> DecodeResult<DescribedGroup> {
     let mut members = Vec::with_capacity(count);
     for _ in 0..count {
         let member_id = r.string()?;
-        let group_instance_id = if version >= 4 {
-            r.nullable_string()?
-        } else {
-            None
-        };
+        let group_instance_id = if version >= 4 { r.nullable_string()? } else { None };
         let client_id = r.string()?;
         let client_host = r.string()?;
         let member_metadata = r.bytes()?;
@@ -157,30 +147,15 @@ fn decode_group(r: &mut Reader, version: i16) -> DecodeResult<DescribedGroup> {
             member_assignment,
         });
     }
-    let authorized_operations = if version >= 3 {
-        r.i32()?
-    } else {
-        AUTHORIZED_OPERATIONS_OMITTED
-    };
-    Ok(DescribedGroup {
-        error,
-        group_id,
-        group_state,
-        protocol_type,
-        protocol_data,
-        members,
-        authorized_operations,
-    })
+    let authorized_operations = if version >= 3 { r.i32()? } else { AUTHORIZED_OPERATIONS_OMITTED };
+    Ok(DescribedGroup { error, group_id, group_state, protocol_type, protocol_data, members, authorized_operations })
 }
 
 fn check_version(version: i16) -> DecodeResult<()> {
     if (VERSION_MIN..=VERSION_MAX).contains(&version) {
         return Ok(());
     }
-    Err(DecodeError::UnsupportedVersion {
-        api_key: 15,
-        version,
-    })
+    Err(DecodeError::UnsupportedVersion { api_key: 15, version })
 }
 
 #[cfg(test)]
@@ -208,11 +183,7 @@ mod tests {
     }
 
     fn response(version: i16) -> DescribeGroupsResponse {
-        let operations = if version >= 3 {
-            0b1010
-        } else {
-            AUTHORIZED_OPERATIONS_OMITTED
-        };
+        let operations = if version >= 3 { 0b1010 } else { AUTHORIZED_OPERATIONS_OMITTED };
         DescribeGroupsResponse {
             throttle_time_ms: if version >= 1 { 3 } else { 0 },
             groups: vec![
@@ -224,11 +195,7 @@ mod tests {
                     protocol_data: "range".into(),
                     members: vec![DescribedMember {
                         member_id: "m-1".into(),
-                        group_instance_id: if version >= 4 {
-                            Some("host-a".into())
-                        } else {
-                            None
-                        },
+                        group_instance_id: if version >= 4 { Some("host-a".into()) } else { None },
                         client_id: "client".into(),
                         client_host: "/10.0.0.1".into(),
                         member_metadata: Bytes::from_static(b"meta"),
@@ -250,9 +217,7 @@ mod tests {
     }
 
     fn oracle_response(message: &DescribeGroupsResponse) -> oracle::DescribeGroupsResponse {
-        use oracle::describe_groups_response::{
-            DescribedGroup as Group, DescribedGroupMember as Member,
-        };
+        use oracle::describe_groups_response::{DescribedGroup as Group, DescribedGroupMember as Member};
         let groups = message
             .groups
             .iter()
@@ -280,9 +245,7 @@ mod tests {
                     .with_authorized_operations(group.authorized_operations)
             })
             .collect();
-        oracle::DescribeGroupsResponse::default()
-            .with_throttle_time_ms(message.throttle_time_ms)
-            .with_groups(groups)
+        oracle::DescribeGroupsResponse::default().with_throttle_time_ms(message.throttle_time_ms).with_groups(groups)
     }
 
     fn encode_request(message: &DescribeGroupsRequest, version: i16) -> Bytes {
@@ -322,19 +285,9 @@ mod tests {
         for version in VERSION_MIN..=VERSION_MAX {
             let message = request(version);
             let oracle = oracle::DescribeGroupsRequest::default()
-                .with_groups(
-                    message
-                        .groups
-                        .iter()
-                        .map(|g| oracle::GroupId(text(g)))
-                        .collect(),
-                )
+                .with_groups(message.groups.iter().map(|g| oracle::GroupId(text(g))).collect())
                 .with_include_authorized_operations(message.include_authorized_operations);
-            assert_eq!(
-                encode_request(&message, version),
-                theirs(&oracle, version),
-                "v{version}"
-            );
+            assert_eq!(encode_request(&message, version), theirs(&oracle, version), "v{version}");
         }
     }
 

@@ -193,11 +193,7 @@ impl FetchResponse {
 
     pub fn decode(r: &mut Reader, version: i16) -> DecodeResult<Self> {
         let throttle_time_ms = r.i32()?;
-        let (error, session_id) = if version >= 7 {
-            (Some(error::from_code(r.i16()?)), r.i32()?)
-        } else {
-            (None, 0)
-        };
+        let (error, session_id) = if version >= 7 { (Some(error::from_code(r.i16()?)), r.i32()?) } else { (None, 0) };
         let topic_count = r.array_len(6)?;
         let mut topics = Vec::with_capacity(topic_count);
         for _ in 0..topic_count {

@@ -23,11 +23,7 @@ impl FindCoordinatorRequest {
     pub fn decode(r: &mut Reader, version: i16) -> DecodeResult<Self> {
         check_version(version)?;
         let key = r.string()?;
-        let key_type = if version >= 1 {
-            r.i8()?
-        } else {
-            KEY_TYPE_GROUP
-        };
+        let key_type = if version >= 1 { r.i8()? } else { KEY_TYPE_GROUP };
         Ok(Self { key, key_type })
     }
 
@@ -53,14 +49,7 @@ pub struct FindCoordinatorResponse {
 impl FindCoordinatorResponse {
     /// A failed lookup: no node, as Kafka answers it.
     pub fn error(error: ErrorCode) -> Self {
-        Self {
-            throttle_time_ms: 0,
-            error,
-            error_message: None,
-            node_id: -1,
-            host: String::new(),
-            port: -1,
-        }
+        Self { throttle_time_ms: 0, error, error_message: None, node_id: -1, host: String::new(), port: -1 }
     }
 
     pub fn encode(&self, w: &mut Writer, version: i16) {
@@ -81,22 +70,11 @@ impl FindCoordinatorResponse {
         check_version(version)?;
         let throttle_time_ms = if version >= 1 { r.i32()? } else { 0 };
         let error = error::from_code(r.i16()?);
-        let error_message = if version >= 1 {
-            r.nullable_string()?
-        } else {
-            None
-        };
+        let error_message = if version >= 1 { r.nullable_string()? } else { None };
         let node_id = r.i32()?;
         let host = r.string()?;
         let port = r.i32()?;
-        Ok(Self {
-            throttle_time_ms,
-            error,
-            error_message,
-            node_id,
-            host,
-            port,
-        })
+        Ok(Self { throttle_time_ms, error, error_message, node_id, host, port })
     }
 }
 
@@ -104,10 +82,7 @@ fn check_version(version: i16) -> DecodeResult<()> {
     if (VERSION_MIN..=VERSION_MAX).contains(&version) {
         return Ok(());
     }
-    Err(DecodeError::UnsupportedVersion {
-        api_key: 10,
-        version,
-    })
+    Err(DecodeError::UnsupportedVersion { api_key: 10, version })
 }
 
 #[cfg(test)]
@@ -128,26 +103,15 @@ mod tests {
     }
 
     fn request(version: i16) -> FindCoordinatorRequest {
-        let key_type = if version >= 1 {
-            KEY_TYPE_TRANSACTION
-        } else {
-            KEY_TYPE_GROUP
-        };
-        FindCoordinatorRequest {
-            key: "payments".into(),
-            key_type,
-        }
+        let key_type = if version >= 1 { KEY_TYPE_TRANSACTION } else { KEY_TYPE_GROUP };
+        FindCoordinatorRequest { key: "payments".into(), key_type }
     }
 
     fn response(version: i16) -> FindCoordinatorResponse {
         FindCoordinatorResponse {
             throttle_time_ms: if version >= 1 { 7 } else { 0 },
             error: ErrorCode::None,
-            error_message: if version >= 1 {
-                Some("fine".into())
-            } else {
-                None
-            },
+            error_message: if version >= 1 { Some("fine".into()) } else { None },
             node_id: 3,
             host: "broker-3".into(),
             port: 9095,
@@ -181,8 +145,7 @@ mod tests {
         for version in VERSION_MIN..=VERSION_MAX {
             let message = response(version);
             let bytes = encode_response(&message, version);
-            let decoded =
-                FindCoordinatorResponse::decode(&mut Reader::new(bytes), version).unwrap();
+            let decoded = FindCoordinatorResponse::decode(&mut Reader::new(bytes), version).unwrap();
             assert_eq!(decoded, message, "v{version}");
         }
     }
@@ -191,14 +154,9 @@ mod tests {
     fn request_bytes_match_kafka_protocol_crate() {
         for version in VERSION_MIN..=VERSION_MAX {
             let message = request(version);
-            let oracle = oracle::FindCoordinatorRequest::default()
-                .with_key(text(&message.key))
-                .with_key_type(message.key_type);
-            assert_eq!(
-                encode_request(&message, version),
-                theirs(&oracle, version),
-                "v{version}"
-            );
+            let oracle =
+                oracle::FindCoordinatorRequest::default().with_key(text(&message.key)).with_key_type(message.key_type);
+            assert_eq!(encode_request(&message, version), theirs(&oracle, version), "v{version}");
         }
     }
 
@@ -213,11 +171,7 @@ mod tests {
                 .with_node_id(oracle::BrokerId(message.node_id))
                 .with_host(text(&message.host))
                 .with_port(message.port);
-            assert_eq!(
-                encode_response(&message, version),
-                theirs(&oracle, version),
-                "v{version}"
-            );
+            assert_eq!(encode_response(&message, version), theirs(&oracle, version), "v{version}");
         }
     }
 
@@ -241,9 +195,6 @@ mod tests {
     fn version_outside_the_range_is_refused() {
         let bytes = encode_request(&request(2), 2);
         let result = FindCoordinatorRequest::decode(&mut Reader::new(bytes), 3);
-        assert!(matches!(
-            result,
-            Err(DecodeError::UnsupportedVersion { .. })
-        ));
+        assert!(matches!(result, Err(DecodeError::UnsupportedVersion { .. })));
     }
 }

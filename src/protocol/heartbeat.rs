@@ -22,17 +22,8 @@ impl HeartbeatRequest {
         let group_id = r.string()?;
         let generation_id = r.i32()?;
         let member_id = r.string()?;
-        let group_instance_id = if version >= 3 {
-            r.nullable_string()?
-        } else {
-            None
-        };
-        Ok(Self {
-            group_id,
-            generation_id,
-            member_id,
-            group_instance_id,
-        })
+        let group_instance_id = if version >= 3 { r.nullable_string()? } else { None };
+        Ok(Self { group_id, generation_id, member_id, group_instance_id })
     }
 
     pub fn encode(&self, w: &mut Writer, version: i16) {
@@ -55,10 +46,7 @@ pub struct HeartbeatResponse {
 
 impl HeartbeatResponse {
     pub fn new(error: ErrorCode) -> Self {
-        Self {
-            throttle_time_ms: 0,
-            error,
-        }
+        Self { throttle_time_ms: 0, error }
     }
 
     pub fn encode(&self, w: &mut Writer, version: i16) {
@@ -73,10 +61,7 @@ impl HeartbeatResponse {
         check_version(version)?;
         let throttle_time_ms = if version >= 1 { r.i32()? } else { 0 };
         let error = error::from_code(r.i16()?);
-        Ok(Self {
-            throttle_time_ms,
-            error,
-        })
+        Ok(Self { throttle_time_ms, error })
     }
 }
 
@@ -84,10 +69,7 @@ fn check_version(version: i16) -> DecodeResult<()> {
     if (VERSION_MIN..=VERSION_MAX).contains(&version) {
         return Ok(());
     }
-    Err(DecodeError::UnsupportedVersion {
-        api_key: 12,
-        version,
-    })
+    Err(DecodeError::UnsupportedVersion { api_key: 12, version })
 }
 
 #[cfg(test)]
@@ -112,19 +94,12 @@ mod tests {
             group_id: "orders".into(),
             generation_id: 12,
             member_id: "m-7".into(),
-            group_instance_id: if version >= 3 {
-                Some("host-b".into())
-            } else {
-                None
-            },
+            group_instance_id: if version >= 3 { Some("host-b".into()) } else { None },
         }
     }
 
     fn response(version: i16) -> HeartbeatResponse {
-        HeartbeatResponse {
-            throttle_time_ms: if version >= 1 { 2 } else { 0 },
-            error: ErrorCode::IllegalGeneration,
-        }
+        HeartbeatResponse { throttle_time_ms: if version >= 1 { 2 } else { 0 }, error: ErrorCode::IllegalGeneration }
     }
 
     fn encode_request(message: &HeartbeatRequest, version: i16) -> Bytes {
@@ -168,11 +143,7 @@ mod tests {
                 .with_generation_id(message.generation_id)
                 .with_member_id(text(&message.member_id))
                 .with_group_instance_id(message.group_instance_id.as_deref().map(text));
-            assert_eq!(
-                encode_request(&message, version),
-                theirs(&oracle, version),
-                "v{version}"
-            );
+            assert_eq!(encode_request(&message, version), theirs(&oracle, version), "v{version}");
         }
     }
 
@@ -183,11 +154,7 @@ mod tests {
             let oracle = oracle::HeartbeatResponse::default()
                 .with_throttle_time_ms(message.throttle_time_ms)
                 .with_error_code(message.error.code());
-            assert_eq!(
-                encode_response(&message, version),
-                theirs(&oracle, version),
-                "v{version}"
-            );
+            assert_eq!(encode_response(&message, version), theirs(&oracle, version), "v{version}");
         }
     }
 

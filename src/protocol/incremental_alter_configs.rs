@@ -62,10 +62,7 @@ impl IncrementalAlterConfigsRequest {
         }
         let validate_only = r.bool()?;
         r.tagged_fields_v(flexible)?;
-        Ok(Self {
-            resources,
-            validate_only,
-        })
+        Ok(Self { resources, validate_only })
     }
 
     pub fn encode(&self, w: &mut Writer, version: i16) {
@@ -130,10 +127,7 @@ impl IncrementalAlterConfigsResponse {
             });
         }
         r.tagged_fields_v(flexible)?;
-        Ok(Self {
-            throttle_time_ms,
-            responses,
-        })
+        Ok(Self { throttle_time_ms, responses })
     }
 }
 
@@ -148,18 +142,10 @@ impl IncrementalAlterConfigsResource {
             let config_operation = r.i8()?;
             let value = r.nullable_string_v(flexible)?;
             r.tagged_fields_v(flexible)?;
-            configs.push(IncrementalAlterableConfig {
-                name,
-                config_operation,
-                value,
-            });
+            configs.push(IncrementalAlterableConfig { name, config_operation, value });
         }
         r.tagged_fields_v(flexible)?;
-        Ok(Self {
-            resource_type,
-            resource_name,
-            configs,
-        })
+        Ok(Self { resource_type, resource_name, configs })
     }
 
     fn encode(&self, w: &mut Writer, flexible: bool) {
@@ -212,19 +198,13 @@ fn check_version(version: i16) -> DecodeResult<()> {
     if (VERSION_MIN..=VERSION_MAX).contains(&version) {
         return Ok(());
     }
-    Err(DecodeError::UnsupportedVersion {
-        api_key: ApiKey::IncrementalAlterConfigs as i16,
-        version,
-    })
+    Err(DecodeError::UnsupportedVersion { api_key: ApiKey::IncrementalAlterConfigs as i16, version })
 }
 
 /// The header parser only admits supported versions, so another one here is
 /// our own bug.
 fn assert_version(version: i16) {
-    assert!(
-        (VERSION_MIN..=VERSION_MAX).contains(&version),
-        "IncrementalAlterConfigs v{version} is not supported"
-    );
+    assert!((VERSION_MIN..=VERSION_MAX).contains(&version), "IncrementalAlterConfigs v{version} is not supported");
 }
 
 #[cfg(test)]
@@ -262,11 +242,7 @@ mod tests {
                         },
                     ],
                 },
-                IncrementalAlterConfigsResource {
-                    resource_type: 4,
-                    resource_name: "".into(),
-                    configs: vec![],
-                },
+                IncrementalAlterConfigsResource { resource_type: 4, resource_name: "".into(), configs: vec![] },
             ],
             validate_only: false,
         }
@@ -322,9 +298,7 @@ mod tests {
             .with_validate_only(ours.validate_only)
     }
 
-    fn kp_response(
-        ours: &IncrementalAlterConfigsResponse,
-    ) -> kp_resp::IncrementalAlterConfigsResponse {
+    fn kp_response(ours: &IncrementalAlterConfigsResponse) -> kp_resp::IncrementalAlterConfigsResponse {
         let responses = ours
             .responses
             .iter()
@@ -343,9 +317,7 @@ mod tests {
 
     fn kp_encode<M: Encodable>(message: &M, version: i16) -> Bytes {
         let mut buf = BytesMut::new();
-        message
-            .encode(&mut buf, version)
-            .expect("kafka-protocol encodes the message");
+        message.encode(&mut buf, version).expect("kafka-protocol encodes the message");
         buf.freeze()
     }
 
@@ -387,8 +359,7 @@ mod tests {
         for version in VERSION_MIN..=VERSION_MAX {
             let ours = request_bytes(&sample_request(), version);
             assert_eq!(ours, kp_encode(&theirs, version), "v{version}");
-            let decoded =
-                kp_req::IncrementalAlterConfigsRequest::decode(&mut ours.clone(), version).unwrap();
+            let decoded = kp_req::IncrementalAlterConfigsRequest::decode(&mut ours.clone(), version).unwrap();
             assert_eq!(decoded, theirs, "v{version}");
         }
     }
@@ -399,9 +370,7 @@ mod tests {
         for version in VERSION_MIN..=VERSION_MAX {
             let ours = response_bytes(&sample_response(), version);
             assert_eq!(ours, kp_encode(&theirs, version), "v{version}");
-            let decoded =
-                kp_resp::IncrementalAlterConfigsResponse::decode(&mut ours.clone(), version)
-                    .unwrap();
+            let decoded = kp_resp::IncrementalAlterConfigsResponse::decode(&mut ours.clone(), version).unwrap();
             assert_eq!(decoded, theirs, "v{version}");
         }
     }
@@ -417,10 +386,7 @@ mod tests {
             }
         }
         let mut r = Reader::new(kp_encode(&theirs, 1));
-        assert_eq!(
-            IncrementalAlterConfigsRequest::decode(&mut r, 1).unwrap(),
-            sample_request()
-        );
+        assert_eq!(IncrementalAlterConfigsRequest::decode(&mut r, 1).unwrap(), sample_request());
         assert_eq!(r.remaining(), 0);
 
         let mut theirs = kp_response(&sample_response()).with_unknown_tagged_fields(tags.clone());
@@ -428,10 +394,7 @@ mod tests {
             response.unknown_tagged_fields = tags.clone();
         }
         let mut r = Reader::new(kp_encode(&theirs, 1));
-        assert_eq!(
-            IncrementalAlterConfigsResponse::decode(&mut r, 1).unwrap(),
-            sample_response()
-        );
+        assert_eq!(IncrementalAlterConfigsResponse::decode(&mut r, 1).unwrap(), sample_response());
         assert_eq!(r.remaining(), 0);
     }
 
@@ -454,8 +417,7 @@ mod tests {
     }
 
     #[test]
-    fn incremental_alter_configs_compact_config_count_beyond_the_frame_is_refused_before_allocating(
-    ) {
+    fn incremental_alter_configs_compact_config_count_beyond_the_frame_is_refused_before_allocating() {
         // Sixteen flexible configs need at least 16 × 4 bytes; 63 follow the count.
         let mut w = Writer::new();
         w.array_len_v(1, true);
@@ -465,30 +427,21 @@ mod tests {
         w.raw(&[0; 63]);
         let mut r = Reader::new(w.into_bytes());
         let result = IncrementalAlterConfigsRequest::decode(&mut r, 1);
-        assert!(
-            matches!(result, Err(DecodeError::ArrayTooLong { .. })),
-            "{result:?}"
-        );
+        assert!(matches!(result, Err(DecodeError::ArrayTooLong { .. })), "{result:?}");
     }
 
     #[test]
     fn incremental_alter_configs_versions_outside_the_served_range_are_refused() {
         let bytes = request_bytes(&sample_request(), VERSION_MAX);
         for version in [VERSION_MIN - 1, VERSION_MAX + 1] {
-            let result =
-                IncrementalAlterConfigsRequest::decode(&mut Reader::new(bytes.clone()), version);
-            assert!(
-                matches!(result, Err(DecodeError::UnsupportedVersion { .. })),
-                "v{version}"
-            );
+            let result = IncrementalAlterConfigsRequest::decode(&mut Reader::new(bytes.clone()), version);
+            assert!(matches!(result, Err(DecodeError::UnsupportedVersion { .. })), "v{version}");
         }
     }
 
     #[test]
     fn incremental_alter_configs_versions_match_the_advertised_range() {
-        let range = ApiKey::IncrementalAlterConfigs
-            .range()
-            .expect("IncrementalAlterConfigs is advertised");
+        let range = ApiKey::IncrementalAlterConfigs.range().expect("IncrementalAlterConfigs is advertised");
         assert_eq!(
             (range.version_min, range.version_max, range.flexible_from),
             (VERSION_MIN, VERSION_MAX, FLEXIBLE_VERSION_MIN)

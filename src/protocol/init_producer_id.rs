@@ -27,10 +27,7 @@ impl InitProducerIdRequest {
         check_version(version)?;
         let transactional_id = r.nullable_string()?;
         let transaction_timeout_ms = r.i32()?;
-        Ok(Self {
-            transactional_id,
-            transaction_timeout_ms,
-        })
+        Ok(Self { transactional_id, transaction_timeout_ms })
     }
 
     pub fn encode(&self, w: &mut Writer, version: i16) {
@@ -52,12 +49,7 @@ pub struct InitProducerIdResponse {
 impl InitProducerIdResponse {
     /// An answer carrying only an error, with the schema's -1 placeholders.
     pub fn error(error: ErrorCode) -> Self {
-        Self {
-            throttle_time_ms: 0,
-            error,
-            producer_id: -1,
-            producer_epoch: -1,
-        }
+        Self { throttle_time_ms: 0, error, producer_id: -1, producer_epoch: -1 }
     }
 
     pub fn encode(&self, w: &mut Writer, version: i16) {
@@ -74,12 +66,7 @@ impl InitProducerIdResponse {
         let error = error::from_code(r.i16()?);
         let producer_id = r.i64()?;
         let producer_epoch = r.i16()?;
-        Ok(Self {
-            throttle_time_ms,
-            error,
-            producer_id,
-            producer_epoch,
-        })
+        Ok(Self { throttle_time_ms, error, producer_id, producer_epoch })
     }
 }
 
@@ -87,27 +74,20 @@ fn check_version(version: i16) -> DecodeResult<()> {
     if (VERSION_MIN..=VERSION_MAX).contains(&version) {
         return Ok(());
     }
-    Err(DecodeError::UnsupportedVersion {
-        api_key: ApiKey::InitProducerId as i16,
-        version,
-    })
+    Err(DecodeError::UnsupportedVersion { api_key: ApiKey::InitProducerId as i16, version })
 }
 
 /// The header parser only admits supported versions, so another one here is
 /// our own bug.
 fn assert_version(version: i16) {
-    assert!(
-        (VERSION_MIN..=VERSION_MAX).contains(&version),
-        "InitProducerId v{version} is not supported"
-    );
+    assert!((VERSION_MIN..=VERSION_MAX).contains(&version), "InitProducerId v{version} is not supported");
 }
 
 #[cfg(test)]
 mod tests {
     use bytes::{Bytes, BytesMut};
     use kafka_protocol::messages::{
-        InitProducerIdRequest as KpRequest, InitProducerIdResponse as KpResponse, ProducerId,
-        TransactionalId,
+        InitProducerIdRequest as KpRequest, InitProducerIdResponse as KpResponse, ProducerId, TransactionalId,
     };
     use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
@@ -115,18 +95,9 @@ mod tests {
 
     fn sample_requests() -> Vec<InitProducerIdRequest> {
         vec![
-            InitProducerIdRequest {
-                transactional_id: Some("payments-tx-1".into()),
-                transaction_timeout_ms: 60_000,
-            },
-            InitProducerIdRequest {
-                transactional_id: None,
-                transaction_timeout_ms: -1,
-            },
-            InitProducerIdRequest {
-                transactional_id: Some("".into()),
-                transaction_timeout_ms: 0,
-            },
+            InitProducerIdRequest { transactional_id: Some("payments-tx-1".into()), transaction_timeout_ms: 60_000 },
+            InitProducerIdRequest { transactional_id: None, transaction_timeout_ms: -1 },
+            InitProducerIdRequest { transactional_id: Some("".into()), transaction_timeout_ms: 0 },
         ]
     }
 
@@ -145,9 +116,7 @@ mod tests {
     fn kp_request(ours: &InitProducerIdRequest) -> KpRequest {
         KpRequest::default()
             .with_transactional_id(
-                ours.transactional_id
-                    .as_ref()
-                    .map(|id| TransactionalId(StrBytes::from_string(id.clone()))),
+                ours.transactional_id.as_ref().map(|id| TransactionalId(StrBytes::from_string(id.clone()))),
             )
             .with_transaction_timeout_ms(ours.transaction_timeout_ms)
     }
@@ -162,9 +131,7 @@ mod tests {
 
     fn kp_encode<M: Encodable>(message: &M, version: i16) -> Bytes {
         let mut buf = BytesMut::new();
-        message
-            .encode(&mut buf, version)
-            .expect("kafka-protocol encodes the message");
+        message.encode(&mut buf, version).expect("kafka-protocol encodes the message");
         buf.freeze()
     }
 
@@ -185,11 +152,7 @@ mod tests {
         for version in VERSION_MIN..=VERSION_MAX {
             for request in sample_requests() {
                 let mut r = Reader::new(request_bytes(&request, version));
-                assert_eq!(
-                    InitProducerIdRequest::decode(&mut r, version).unwrap(),
-                    request,
-                    "v{version}"
-                );
+                assert_eq!(InitProducerIdRequest::decode(&mut r, version).unwrap(), request, "v{version}");
                 assert_eq!(r.remaining(), 0, "v{version}");
             }
         }
@@ -200,11 +163,7 @@ mod tests {
         for version in VERSION_MIN..=VERSION_MAX {
             for response in sample_responses() {
                 let mut r = Reader::new(response_bytes(&response, version));
-                assert_eq!(
-                    InitProducerIdResponse::decode(&mut r, version).unwrap(),
-                    response,
-                    "v{version}"
-                );
+                assert_eq!(InitProducerIdResponse::decode(&mut r, version).unwrap(), response, "v{version}");
                 assert_eq!(r.remaining(), 0, "v{version}");
             }
         }
@@ -217,11 +176,7 @@ mod tests {
                 let theirs = kp_request(&request);
                 let ours = request_bytes(&request, version);
                 assert_eq!(ours, kp_encode(&theirs, version), "v{version} {request:?}");
-                assert_eq!(
-                    KpRequest::decode(&mut ours.clone(), version).unwrap(),
-                    theirs,
-                    "v{version}"
-                );
+                assert_eq!(KpRequest::decode(&mut ours.clone(), version).unwrap(), theirs, "v{version}");
             }
         }
     }
@@ -233,11 +188,7 @@ mod tests {
                 let theirs = kp_response(&response);
                 let ours = response_bytes(&response, version);
                 assert_eq!(ours, kp_encode(&theirs, version), "v{version} {response:?}");
-                assert_eq!(
-                    KpResponse::decode(&mut ours.clone(), version).unwrap(),
-                    theirs,
-                    "v{version}"
-                );
+                assert_eq!(KpResponse::decode(&mut ours.clone(), version).unwrap(), theirs, "v{version}");
             }
         }
     }
@@ -247,18 +198,12 @@ mod tests {
         let request = request_bytes(&sample_requests()[0], VERSION_MAX);
         for len in 0..request.len() {
             let mut r = Reader::new(request.slice(..len));
-            assert!(
-                InitProducerIdRequest::decode(&mut r, VERSION_MAX).is_err(),
-                "request cut at {len}"
-            );
+            assert!(InitProducerIdRequest::decode(&mut r, VERSION_MAX).is_err(), "request cut at {len}");
         }
         let response = response_bytes(&sample_responses()[0], VERSION_MAX);
         for len in 0..response.len() {
             let mut r = Reader::new(response.slice(..len));
-            assert!(
-                InitProducerIdResponse::decode(&mut r, VERSION_MAX).is_err(),
-                "response cut at {len}"
-            );
+            assert!(InitProducerIdResponse::decode(&mut r, VERSION_MAX).is_err(), "response cut at {len}");
         }
     }
 
@@ -267,25 +212,14 @@ mod tests {
         let bytes = request_bytes(&sample_requests()[0], VERSION_MAX);
         for version in [VERSION_MIN - 1, VERSION_MAX + 1] {
             let result = InitProducerIdRequest::decode(&mut Reader::new(bytes.clone()), version);
-            assert!(
-                matches!(result, Err(DecodeError::UnsupportedVersion { .. })),
-                "v{version}"
-            );
+            assert!(matches!(result, Err(DecodeError::UnsupportedVersion { .. })), "v{version}");
         }
     }
 
     #[test]
     fn init_producer_id_versions_match_the_advertised_range() {
-        let range = ApiKey::InitProducerId
-            .range()
-            .expect("InitProducerId is advertised");
-        assert_eq!(
-            (range.version_min, range.version_max),
-            (VERSION_MIN, VERSION_MAX)
-        );
-        assert!(
-            range.flexible_from > VERSION_MAX,
-            "this codec writes no flexible version"
-        );
+        let range = ApiKey::InitProducerId.range().expect("InitProducerId is advertised");
+        assert_eq!((range.version_min, range.version_max), (VERSION_MIN, VERSION_MAX));
+        assert!(range.flexible_from > VERSION_MAX, "this codec writes no flexible version");
     }
 }

@@ -38,11 +38,7 @@ impl JoinGroupRequest {
         let session_timeout_ms = r.i32()?;
         let rebalance_timeout_ms = if version >= 1 { r.i32()? } else { -1 };
         let member_id = r.string()?;
-        let group_instance_id = if version >= 5 {
-            r.nullable_string()?
-        } else {
-            None
-        };
+        let group_instance_id = if version >= 5 { r.nullable_string()? } else { None };
         let protocol_type = r.string()?;
         // name (2) + metadata (4)
         let count = r.array_len(6)?;
@@ -153,27 +149,11 @@ impl JoinGroupResponse {
         let mut members = Vec::with_capacity(count);
         for _ in 0..count {
             let member_id = r.string()?;
-            let group_instance_id = if version >= 5 {
-                r.nullable_string()?
-            } else {
-                None
-            };
+            let group_instance_id = if version >= 5 { r.nullable_string()? } else { None };
             let metadata = r.bytes()?;
-            members.push(JoinGroupMember {
-                member_id,
-                group_instance_id,
-                metadata,
-            });
+            members.push(JoinGroupMember { member_id, group_instance_id, metadata });
         }
-        Ok(Self {
-            throttle_time_ms,
-            error,
-            generation_id,
-            protocol_name,
-            leader,
-            member_id,
-            members,
-        })
+        Ok(Self { throttle_time_ms, error, generation_id, protocol_name, leader, member_id, members })
     }
 }
 
@@ -181,10 +161,7 @@ fn check_version(version: i16) -> DecodeResult<()> {
     if (VERSION_MIN..=VERSION_MAX).contains(&version) {
         return Ok(());
     }
-    Err(DecodeError::UnsupportedVersion {
-        api_key: 11,
-        version,
-    })
+    Err(DecodeError::UnsupportedVersion { api_key: 11, version })
 }
 
 #[cfg(test)]
@@ -210,21 +187,11 @@ mod tests {
             session_timeout_ms: 10_000,
             rebalance_timeout_ms: if version >= 1 { 60_000 } else { -1 },
             member_id: "consumer-1-abc".into(),
-            group_instance_id: if version >= 5 {
-                Some("host-a".into())
-            } else {
-                None
-            },
+            group_instance_id: if version >= 5 { Some("host-a".into()) } else { None },
             protocol_type: "consumer".into(),
             protocols: vec![
-                JoinGroupProtocol {
-                    name: "range".into(),
-                    metadata: Bytes::from_static(b"\x00\x01r"),
-                },
-                JoinGroupProtocol {
-                    name: "roundrobin".into(),
-                    metadata: Bytes::new(),
-                },
+                JoinGroupProtocol { name: "range".into(), metadata: Bytes::from_static(b"\x00\x01r") },
+                JoinGroupProtocol { name: "roundrobin".into(), metadata: Bytes::new() },
             ],
         }
     }
@@ -250,11 +217,7 @@ mod tests {
                     group_instance_id: instance("host-a"),
                     metadata: Bytes::from_static(b"meta-1"),
                 },
-                JoinGroupMember {
-                    member_id: "m-2".into(),
-                    group_instance_id: None,
-                    metadata: Bytes::new(),
-                },
+                JoinGroupMember { member_id: "m-2".into(), group_instance_id: None, metadata: Bytes::new() },
             ],
         }
     }

@@ -32,11 +32,7 @@ impl LeaveGroupRequest {
         let group_id = r.string()?;
         if version < BATCH_VERSION_MIN {
             let member_id = r.string()?;
-            return Ok(Self {
-                group_id,
-                member_id,
-                members: Vec::new(),
-            });
+            return Ok(Self { group_id, member_id, members: Vec::new() });
         }
         // member_id (2) + group_instance_id (2)
         let count = r.array_len(4)?;
@@ -44,16 +40,9 @@ impl LeaveGroupRequest {
         for _ in 0..count {
             let member_id = r.string()?;
             let group_instance_id = r.nullable_string()?;
-            members.push(LeavingMember {
-                member_id,
-                group_instance_id,
-            });
+            members.push(LeavingMember { member_id, group_instance_id });
         }
-        Ok(Self {
-            group_id,
-            member_id: String::new(),
-            members,
-        })
+        Ok(Self { group_id, member_id: String::new(), members })
     }
 
     pub fn encode(&self, w: &mut Writer, version: i16) {
@@ -118,18 +107,10 @@ impl LeaveGroupResponse {
                 let member_id = r.string()?;
                 let group_instance_id = r.nullable_string()?;
                 let error = error::from_code(r.i16()?);
-                members.push(LeftMember {
-                    member_id,
-                    group_instance_id,
-                    error,
-                });
+                members.push(LeftMember { member_id, group_instance_id, error });
             }
         }
-        Ok(Self {
-            throttle_time_ms,
-            error,
-            members,
-        })
+        Ok(Self { throttle_time_ms, error, members })
     }
 }
 
@@ -137,10 +118,7 @@ fn check_version(version: i16) -> DecodeResult<()> {
     if (VERSION_MIN..=VERSION_MAX).contains(&version) {
         return Ok(());
     }
-    Err(DecodeError::UnsupportedVersion {
-        api_key: 13,
-        version,
-    })
+    Err(DecodeError::UnsupportedVersion { api_key: 13, version })
 }
 
 #[cfg(test)]
@@ -162,24 +140,14 @@ mod tests {
 
     fn request(version: i16) -> LeaveGroupRequest {
         if version < BATCH_VERSION_MIN {
-            return LeaveGroupRequest {
-                group_id: "orders".into(),
-                member_id: "m-1".into(),
-                members: Vec::new(),
-            };
+            return LeaveGroupRequest { group_id: "orders".into(), member_id: "m-1".into(), members: Vec::new() };
         }
         LeaveGroupRequest {
             group_id: "orders".into(),
             member_id: String::new(),
             members: vec![
-                LeavingMember {
-                    member_id: "m-1".into(),
-                    group_instance_id: None,
-                },
-                LeavingMember {
-                    member_id: String::new(),
-                    group_instance_id: Some("host-c".into()),
-                },
+                LeavingMember { member_id: "m-1".into(), group_instance_id: None },
+                LeavingMember { member_id: String::new(), group_instance_id: Some("host-c".into()) },
             ],
         }
     }
@@ -189,11 +157,7 @@ mod tests {
             Vec::new()
         } else {
             vec![
-                LeftMember {
-                    member_id: "m-1".into(),
-                    group_instance_id: None,
-                    error: ErrorCode::None,
-                },
+                LeftMember { member_id: "m-1".into(), group_instance_id: None, error: ErrorCode::None },
                 LeftMember {
                     member_id: String::new(),
                     group_instance_id: Some("host-c".into()),
@@ -203,11 +167,7 @@ mod tests {
         };
         LeaveGroupResponse {
             throttle_time_ms: if version >= 1 { 4 } else { 0 },
-            error: if version < BATCH_VERSION_MIN {
-                ErrorCode::UnknownMemberId
-            } else {
-                ErrorCode::None
-            },
+            error: if version < BATCH_VERSION_MIN { ErrorCode::UnknownMemberId } else { ErrorCode::None },
             members,
         }
     }
@@ -261,11 +221,7 @@ mod tests {
                 .with_group_id(oracle::GroupId(text(&message.group_id)))
                 .with_member_id(text(&message.member_id))
                 .with_members(members);
-            assert_eq!(
-                encode_request(&message, version),
-                theirs(&oracle, version),
-                "v{version}"
-            );
+            assert_eq!(encode_request(&message, version), theirs(&oracle, version), "v{version}");
         }
     }
 
@@ -287,11 +243,7 @@ mod tests {
                 .with_throttle_time_ms(message.throttle_time_ms)
                 .with_error_code(message.error.code())
                 .with_members(members);
-            assert_eq!(
-                encode_response(&message, version),
-                theirs(&oracle, version),
-                "v{version}"
-            );
+            assert_eq!(encode_response(&message, version), theirs(&oracle, version), "v{version}");
         }
     }
 

@@ -59,16 +59,9 @@ impl ListGroupsResponse {
         for _ in 0..count {
             let group_id = r.string()?;
             let protocol_type = r.string()?;
-            groups.push(ListedGroup {
-                group_id,
-                protocol_type,
-            });
+            groups.push(ListedGroup { group_id, protocol_type });
         }
-        Ok(Self {
-            throttle_time_ms,
-            error,
-            groups,
-        })
+        Ok(Self { throttle_time_ms, error, groups })
     }
 }
 
@@ -76,10 +69,7 @@ fn check_version(version: i16) -> DecodeResult<()> {
     if (VERSION_MIN..=VERSION_MAX).contains(&version) {
         return Ok(());
     }
-    Err(DecodeError::UnsupportedVersion {
-        api_key: 16,
-        version,
-    })
+    Err(DecodeError::UnsupportedVersion { api_key: 16, version })
 }
 
 #[cfg(test)]
@@ -104,14 +94,8 @@ mod tests {
             throttle_time_ms: if version >= 1 { 8 } else { 0 },
             error: ErrorCode::None,
             groups: vec![
-                ListedGroup {
-                    group_id: "orders".into(),
-                    protocol_type: "consumer".into(),
-                },
-                ListedGroup {
-                    group_id: "offsets-only".into(),
-                    protocol_type: String::new(),
-                },
+                ListedGroup { group_id: "orders".into(), protocol_type: "consumer".into() },
+                ListedGroup { group_id: "offsets-only".into(), protocol_type: String::new() },
             ],
         }
     }
@@ -128,10 +112,7 @@ mod tests {
             let mut w = Writer::new();
             ListGroupsRequest {}.encode(&mut w, version);
             let bytes = w.into_bytes();
-            assert_eq!(
-                bytes,
-                theirs(&oracle::ListGroupsRequest::default(), version)
-            );
+            assert_eq!(bytes, theirs(&oracle::ListGroupsRequest::default(), version));
             let decoded = ListGroupsRequest::decode(&mut Reader::new(bytes), version).unwrap();
             assert_eq!(decoded, ListGroupsRequest {});
         }
@@ -164,11 +145,7 @@ mod tests {
                 .with_throttle_time_ms(message.throttle_time_ms)
                 .with_error_code(message.error.code())
                 .with_groups(groups);
-            assert_eq!(
-                encode_response(&message, version),
-                theirs(&oracle, version),
-                "v{version}"
-            );
+            assert_eq!(encode_response(&message, version), theirs(&oracle, version), "v{version}");
         }
     }
 

@@ -43,11 +43,7 @@ impl OffsetCommitRequest {
         let group_id = r.string()?;
         let generation_id = r.i32()?;
         let member_id = r.string()?;
-        let group_instance_id = if version >= 7 {
-            r.nullable_string()?
-        } else {
-            None
-        };
+        let group_instance_id = if version >= 7 { r.nullable_string()? } else { None };
         let retention_time_ms = if version <= 4 { r.i64()? } else { -1 };
         // name (2) + partition count (4)
         let topic_count = r.array_len(6)?;
@@ -72,14 +68,7 @@ impl OffsetCommitRequest {
             }
             topics.push(OffsetCommitTopic { name, partitions });
         }
-        Ok(Self {
-            group_id,
-            generation_id,
-            member_id,
-            group_instance_id,
-            retention_time_ms,
-            topics,
-        })
+        Ok(Self { group_id, generation_id, member_id, group_instance_id, retention_time_ms, topics })
     }
 
     pub fn encode(&self, w: &mut Writer, version: i16) {
@@ -139,17 +128,11 @@ impl OffsetCommitResponse {
                 partitions: topic
                     .partitions
                     .iter()
-                    .map(|p| OffsetCommitPartitionResponse {
-                        partition_index: p.partition_index,
-                        error,
-                    })
+                    .map(|p| OffsetCommitPartitionResponse { partition_index: p.partition_index, error })
                     .collect(),
             })
             .collect();
-        Self {
-            throttle_time_ms: 0,
-            topics,
-        }
+        Self { throttle_time_ms: 0, topics }
     }
 
     pub fn encode(&self, w: &mut Writer, version: i16) {
@@ -182,17 +165,11 @@ impl OffsetCommitResponse {
             for _ in 0..partition_count {
                 let partition_index = r.i32()?;
                 let error = error::from_code(r.i16()?);
-                partitions.push(OffsetCommitPartitionResponse {
-                    partition_index,
-                    error,
-                });
+                partitions.push(OffsetCommitPartitionResponse { partition_index, error });
             }
             topics.push(OffsetCommitTopicResponse { name, partitions });
         }
-        Ok(Self {
-            throttle_time_ms,
-            topics,
-        })
+        Ok(Self { throttle_time_ms, topics })
     }
 }
 
@@ -200,10 +177,7 @@ fn check_version(version: i16) -> DecodeResult<()> {
     if (VERSION_MIN..=VERSION_MAX).contains(&version) {
         return Ok(());
     }
-    Err(DecodeError::UnsupportedVersion {
-        api_key: 8,
-        version,
-    })
+    Err(DecodeError::UnsupportedVersion { api_key: 8, version })
 }
 
 #[cfg(test)]
@@ -229,11 +203,7 @@ mod tests {
             group_id: "orders".into(),
             generation_id: 8,
             member_id: "m-1".into(),
-            group_instance_id: if version >= 7 {
-                Some("host-a".into())
-            } else {
-                None
-            },
+            group_instance_id: if version >= 7 { Some("host-a".into()) } else { None },
             retention_time_ms: if version <= 4 { 86_400_000 } else { -1 },
             topics: vec![
                 OffsetCommitTopic {
@@ -253,10 +223,7 @@ mod tests {
                         },
                     ],
                 },
-                OffsetCommitTopic {
-                    name: "empty".into(),
-                    partitions: Vec::new(),
-                },
+                OffsetCommitTopic { name: "empty".into(), partitions: Vec::new() },
             ],
         }
     }
@@ -267,23 +234,15 @@ mod tests {
             topics: vec![OffsetCommitTopicResponse {
                 name: "payments".into(),
                 partitions: vec![
-                    OffsetCommitPartitionResponse {
-                        partition_index: 0,
-                        error: ErrorCode::None,
-                    },
-                    OffsetCommitPartitionResponse {
-                        partition_index: 3,
-                        error: ErrorCode::OffsetMetadataTooLarge,
-                    },
+                    OffsetCommitPartitionResponse { partition_index: 0, error: ErrorCode::None },
+                    OffsetCommitPartitionResponse { partition_index: 3, error: ErrorCode::OffsetMetadataTooLarge },
                 ],
             }],
         }
     }
 
     fn oracle_request(message: &OffsetCommitRequest) -> oracle::OffsetCommitRequest {
-        use oracle::offset_commit_request::{
-            OffsetCommitRequestPartition, OffsetCommitRequestTopic,
-        };
+        use oracle::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
         let topics = message
             .topics
             .iter()
@@ -314,9 +273,7 @@ mod tests {
     }
 
     fn oracle_response(message: &OffsetCommitResponse) -> oracle::OffsetCommitResponse {
-        use oracle::offset_commit_response::{
-            OffsetCommitResponsePartition, OffsetCommitResponseTopic,
-        };
+        use oracle::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
         let topics = message
             .topics
             .iter()
@@ -335,9 +292,7 @@ mod tests {
                     .with_partitions(partitions)
             })
             .collect();
-        oracle::OffsetCommitResponse::default()
-            .with_throttle_time_ms(message.throttle_time_ms)
-            .with_topics(topics)
+        oracle::OffsetCommitResponse::default().with_throttle_time_ms(message.throttle_time_ms).with_topics(topics)
     }
 
     fn encode_request(message: &OffsetCommitRequest, version: i16) -> Bytes {
@@ -410,9 +365,6 @@ mod tests {
     fn versions_before_2_are_refused() {
         let bytes = encode_request(&request(2), 2);
         let result = OffsetCommitRequest::decode(&mut Reader::new(bytes), 1);
-        assert!(matches!(
-            result,
-            Err(DecodeError::UnsupportedVersion { .. })
-        ));
+        assert!(matches!(result, Err(DecodeError::UnsupportedVersion { .. })));
     }
 }

@@ -27,10 +27,7 @@ impl OffsetFetchRequest {
         let group_id = r.string()?;
         let raw_count = r.i32()?;
         if raw_count < 0 && version >= 2 {
-            return Ok(Self {
-                group_id,
-                topics: None,
-            });
+            return Ok(Self { group_id, topics: None });
         }
         // name (2) + partition count (4); a null array in v1 reads as empty.
         let topic_count = check_count(r, raw_count, 6)?;
@@ -42,15 +39,9 @@ impl OffsetFetchRequest {
             for _ in 0..partition_count {
                 partition_indexes.push(r.i32()?);
             }
-            topics.push(OffsetFetchTopic {
-                name,
-                partition_indexes,
-            });
+            topics.push(OffsetFetchTopic { name, partition_indexes });
         }
-        Ok(Self {
-            group_id,
-            topics: Some(topics),
-        })
+        Ok(Self { group_id, topics: Some(topics) })
     }
 
     pub fn encode(&self, w: &mut Writer, version: i16) {
@@ -164,16 +155,8 @@ impl OffsetFetchResponse {
             }
             topics.push(OffsetFetchTopicResponse { name, partitions });
         }
-        let error = if version >= 2 {
-            error::from_code(r.i16()?)
-        } else {
-            ErrorCode::None
-        };
-        Ok(Self {
-            throttle_time_ms,
-            topics,
-            error,
-        })
+        let error = if version >= 2 { error::from_code(r.i16()?) } else { ErrorCode::None };
+        Ok(Self { throttle_time_ms, topics, error })
     }
 }
 
@@ -184,10 +167,7 @@ fn check_count(r: &mut Reader, raw_count: i32, element_bytes_min: usize) -> Deco
     }
     let needed = (raw_count as u64).saturating_mul(element_bytes_min as u64);
     if needed > r.remaining() as u64 {
-        return Err(DecodeError::ArrayTooLong {
-            count: i64::from(raw_count),
-            remaining: r.remaining(),
-        });
+        return Err(DecodeError::ArrayTooLong { count: i64::from(raw_count), remaining: r.remaining() });
     }
     Ok(raw_count as usize)
 }
@@ -196,10 +176,7 @@ fn check_version(version: i16) -> DecodeResult<()> {
     if (VERSION_MIN..=VERSION_MAX).contains(&version) {
         return Ok(());
     }
-    Err(DecodeError::UnsupportedVersion {
-        api_key: 9,
-        version,
-    })
+    Err(DecodeError::UnsupportedVersion { api_key: 9, version })
 }
 
 #[cfg(test)]
@@ -223,14 +200,8 @@ mod tests {
         OffsetFetchRequest {
             group_id: "orders".into(),
             topics: Some(vec![
-                OffsetFetchTopic {
-                    name: "payments".into(),
-                    partition_indexes: vec![0, 1, 7],
-                },
-                OffsetFetchTopic {
-                    name: "refunds".into(),
-                    partition_indexes: Vec::new(),
-                },
+                OffsetFetchTopic { name: "payments".into(), partition_indexes: vec![0, 1, 7] },
+                OffsetFetchTopic { name: "refunds".into(), partition_indexes: Vec::new() },
             ]),
         }
     }
@@ -258,11 +229,7 @@ mod tests {
                     },
                 ],
             }],
-            error: if version >= 2 {
-                ErrorCode::NotCoordinator
-            } else {
-                ErrorCode::None
-            },
+            error: if version >= 2 { ErrorCode::NotCoordinator } else { ErrorCode::None },
         }
     }
 
@@ -283,9 +250,7 @@ mod tests {
     }
 
     fn oracle_response(message: &OffsetFetchResponse) -> oracle::OffsetFetchResponse {
-        use oracle::offset_fetch_response::{
-            OffsetFetchResponsePartition, OffsetFetchResponseTopic,
-        };
+        use oracle::offset_fetch_response::{OffsetFetchResponsePartition, OffsetFetchResponseTopic};
         let topics = message
             .topics
             .iter()
@@ -338,10 +303,7 @@ mod tests {
     #[test]
     fn null_topic_list_round_trips_from_v2() {
         for version in 2..=VERSION_MAX {
-            let message = OffsetFetchRequest {
-                group_id: "g".into(),
-                topics: None,
-            };
+            let message = OffsetFetchRequest { group_id: "g".into(), topics: None };
             let bytes = encode_request(&message, version);
             assert_eq!(bytes, theirs(&oracle_request(&message), version));
             let decoded = OffsetFetchRequest::decode(&mut Reader::new(bytes), version).unwrap();

@@ -53,11 +53,7 @@ pub struct OffsetForLeaderPartition {
 impl OffsetForLeaderEpochRequest {
     pub fn decode(r: &mut Reader, version: i16) -> DecodeResult<Self> {
         check_version(version)?;
-        let replica_id = if version >= REPLICA_ID_VERSION_MIN {
-            r.i32()?
-        } else {
-            REPLICA_ID_DEFAULT
-        };
+        let replica_id = if version >= REPLICA_ID_VERSION_MIN { r.i32()? } else { REPLICA_ID_DEFAULT };
         let topic_count = r.array_len(TOPIC_BYTES_MIN)?;
         let mut topics = Vec::with_capacity(topic_count);
         for _ in 0..topic_count {
@@ -68,11 +64,7 @@ impl OffsetForLeaderEpochRequest {
                 let partition = r.i32()?;
                 let current_leader_epoch = r.i32()?;
                 let leader_epoch = r.i32()?;
-                partitions.push(OffsetForLeaderPartition {
-                    partition,
-                    current_leader_epoch,
-                    leader_epoch,
-                });
+                partitions.push(OffsetForLeaderPartition { partition, current_leader_epoch, leader_epoch });
             }
             topics.push(OffsetForLeaderTopic { topic, partitions });
         }
@@ -124,12 +116,7 @@ pub struct EpochEndOffset {
 impl EpochEndOffset {
     /// An answer carrying only an error, with the schema's -1 placeholders.
     pub fn error(partition: i32, error: ErrorCode) -> Self {
-        Self {
-            error,
-            partition,
-            leader_epoch: -1,
-            end_offset: -1,
-        }
+        Self { error, partition, leader_epoch: -1, end_offset: -1 }
     }
 }
 
@@ -164,19 +151,11 @@ impl OffsetForLeaderEpochResponse {
                 let partition = r.i32()?;
                 let leader_epoch = r.i32()?;
                 let end_offset = r.i64()?;
-                partitions.push(EpochEndOffset {
-                    error,
-                    partition,
-                    leader_epoch,
-                    end_offset,
-                });
+                partitions.push(EpochEndOffset { error, partition, leader_epoch, end_offset });
             }
             topics.push(OffsetForLeaderTopicResult { topic, partitions });
         }
-        Ok(Self {
-            throttle_time_ms,
-            topics,
-        })
+        Ok(Self { throttle_time_ms, topics })
     }
 }
 
@@ -193,19 +172,13 @@ fn check_version(version: i16) -> DecodeResult<()> {
     if (VERSION_MIN..=VERSION_MAX).contains(&version) {
         return Ok(());
     }
-    Err(DecodeError::UnsupportedVersion {
-        api_key: ApiKey::OffsetForLeaderEpoch as i16,
-        version,
-    })
+    Err(DecodeError::UnsupportedVersion { api_key: ApiKey::OffsetForLeaderEpoch as i16, version })
 }
 
 /// The header parser only admits supported versions, so another one here is
 /// our own bug.
 fn assert_version(version: i16) {
-    assert!(
-        (VERSION_MIN..=VERSION_MAX).contains(&version),
-        "OffsetForLeaderEpoch v{version} is not supported"
-    );
+    assert!((VERSION_MIN..=VERSION_MAX).contains(&version), "OffsetForLeaderEpoch v{version} is not supported");
 }
 
 #[cfg(test)]
@@ -221,31 +194,16 @@ mod tests {
     /// A request whose every field the given version carries.
     fn sample_request(version: i16) -> OffsetForLeaderEpochRequest {
         OffsetForLeaderEpochRequest {
-            replica_id: if version >= REPLICA_ID_VERSION_MIN {
-                3
-            } else {
-                REPLICA_ID_DEFAULT
-            },
+            replica_id: if version >= REPLICA_ID_VERSION_MIN { 3 } else { REPLICA_ID_DEFAULT },
             topics: vec![
                 OffsetForLeaderTopic {
                     topic: "orders".into(),
                     partitions: vec![
-                        OffsetForLeaderPartition {
-                            partition: 0,
-                            current_leader_epoch: 5,
-                            leader_epoch: 4,
-                        },
-                        OffsetForLeaderPartition {
-                            partition: 9,
-                            current_leader_epoch: -1,
-                            leader_epoch: 0,
-                        },
+                        OffsetForLeaderPartition { partition: 0, current_leader_epoch: 5, leader_epoch: 4 },
+                        OffsetForLeaderPartition { partition: 9, current_leader_epoch: -1, leader_epoch: 0 },
                     ],
                 },
-                OffsetForLeaderTopic {
-                    topic: "quiet".into(),
-                    partitions: vec![],
-                },
+                OffsetForLeaderTopic { topic: "quiet".into(), partitions: vec![] },
             ],
         }
     }
@@ -256,12 +214,7 @@ mod tests {
             topics: vec![OffsetForLeaderTopicResult {
                 topic: "orders".into(),
                 partitions: vec![
-                    EpochEndOffset {
-                        error: ErrorCode::None,
-                        partition: 0,
-                        leader_epoch: 4,
-                        end_offset: 1 << 33,
-                    },
+                    EpochEndOffset { error: ErrorCode::None, partition: 0, leader_epoch: 4, end_offset: 1 << 33 },
                     EpochEndOffset::error(9, ErrorCode::FencedLeaderEpoch),
                 ],
             }],
@@ -287,14 +240,10 @@ mod tests {
                             .with_leader_epoch(p.leader_epoch)
                     })
                     .collect();
-                kp_req::OffsetForLeaderTopic::default()
-                    .with_topic(topic_name(&t.topic))
-                    .with_partitions(partitions)
+                kp_req::OffsetForLeaderTopic::default().with_topic(topic_name(&t.topic)).with_partitions(partitions)
             })
             .collect();
-        kp_req::OffsetForLeaderEpochRequest::default()
-            .with_replica_id(BrokerId(ours.replica_id))
-            .with_topics(topics)
+        kp_req::OffsetForLeaderEpochRequest::default().with_replica_id(BrokerId(ours.replica_id)).with_topics(topics)
     }
 
     fn kp_response(ours: &OffsetForLeaderEpochResponse) -> kp_resp::OffsetForLeaderEpochResponse {
@@ -325,9 +274,7 @@ mod tests {
 
     fn kp_encode<M: Encodable>(message: &M, version: i16) -> Bytes {
         let mut buf = BytesMut::new();
-        message
-            .encode(&mut buf, version)
-            .expect("kafka-protocol encodes the message");
+        message.encode(&mut buf, version).expect("kafka-protocol encodes the message");
         buf.freeze()
     }
 
@@ -369,8 +316,7 @@ mod tests {
             let theirs = kp_request(&sample_request(version));
             let ours = request_bytes(&sample_request(version), version);
             assert_eq!(ours, kp_encode(&theirs, version), "v{version}");
-            let decoded =
-                kp_req::OffsetForLeaderEpochRequest::decode(&mut ours.clone(), version).unwrap();
+            let decoded = kp_req::OffsetForLeaderEpochRequest::decode(&mut ours.clone(), version).unwrap();
             assert_eq!(decoded, theirs, "v{version}");
         }
     }
@@ -381,8 +327,7 @@ mod tests {
         for version in VERSION_MIN..=VERSION_MAX {
             let ours = response_bytes(&sample_response(), version);
             assert_eq!(ours, kp_encode(&theirs, version), "v{version}");
-            let decoded =
-                kp_resp::OffsetForLeaderEpochResponse::decode(&mut ours.clone(), version).unwrap();
+            let decoded = kp_resp::OffsetForLeaderEpochResponse::decode(&mut ours.clone(), version).unwrap();
             assert_eq!(decoded, theirs, "v{version}");
         }
     }
@@ -409,10 +354,7 @@ mod tests {
         let response = response_bytes(&sample_response(), VERSION_MAX);
         for len in 0..response.len() {
             let mut r = Reader::new(response.slice(..len));
-            assert!(
-                OffsetForLeaderEpochResponse::decode(&mut r, VERSION_MAX).is_err(),
-                "response cut at {len}"
-            );
+            assert!(OffsetForLeaderEpochResponse::decode(&mut r, VERSION_MAX).is_err(), "response cut at {len}");
         }
     }
 
@@ -427,37 +369,22 @@ mod tests {
         w.raw(&[0; 71]);
         let mut r = Reader::new(w.into_bytes());
         let result = OffsetForLeaderEpochResponse::decode(&mut r, VERSION_MAX);
-        assert!(
-            matches!(result, Err(DecodeError::ArrayTooLong { .. })),
-            "{result:?}"
-        );
+        assert!(matches!(result, Err(DecodeError::ArrayTooLong { .. })), "{result:?}");
     }
 
     #[test]
     fn offset_for_leader_epoch_versions_outside_the_served_range_are_refused() {
         let bytes = request_bytes(&sample_request(VERSION_MAX), VERSION_MAX);
         for version in [VERSION_MIN - 1, VERSION_MAX + 1] {
-            let result =
-                OffsetForLeaderEpochRequest::decode(&mut Reader::new(bytes.clone()), version);
-            assert!(
-                matches!(result, Err(DecodeError::UnsupportedVersion { .. })),
-                "v{version}"
-            );
+            let result = OffsetForLeaderEpochRequest::decode(&mut Reader::new(bytes.clone()), version);
+            assert!(matches!(result, Err(DecodeError::UnsupportedVersion { .. })), "v{version}");
         }
     }
 
     #[test]
     fn offset_for_leader_epoch_versions_match_the_advertised_range() {
-        let range = ApiKey::OffsetForLeaderEpoch
-            .range()
-            .expect("OffsetForLeaderEpoch is advertised");
-        assert_eq!(
-            (range.version_min, range.version_max),
-            (VERSION_MIN, VERSION_MAX)
-        );
-        assert!(
-            range.flexible_from > VERSION_MAX,
-            "this codec writes no flexible version"
-        );
+        let range = ApiKey::OffsetForLeaderEpoch.range().expect("OffsetForLeaderEpoch is advertised");
+        assert_eq!((range.version_min, range.version_max), (VERSION_MIN, VERSION_MAX));
+        assert!(range.flexible_from > VERSION_MAX, "this codec writes no flexible version");
     }
 }

@@ -33,29 +33,16 @@ impl SyncGroupRequest {
         let group_id = r.string()?;
         let generation_id = r.i32()?;
         let member_id = r.string()?;
-        let group_instance_id = if version >= 3 {
-            r.nullable_string()?
-        } else {
-            None
-        };
+        let group_instance_id = if version >= 3 { r.nullable_string()? } else { None };
         // member_id (2) + assignment (4)
         let count = r.array_len(6)?;
         let mut assignments = Vec::with_capacity(count);
         for _ in 0..count {
             let member_id = r.string()?;
             let assignment = r.bytes()?;
-            assignments.push(SyncGroupAssignment {
-                member_id,
-                assignment,
-            });
+            assignments.push(SyncGroupAssignment { member_id, assignment });
         }
-        Ok(Self {
-            group_id,
-            generation_id,
-            member_id,
-            group_instance_id,
-            assignments,
-        })
+        Ok(Self { group_id, generation_id, member_id, group_instance_id, assignments })
     }
 
     pub fn encode(&self, w: &mut Writer, version: i16) {
@@ -84,11 +71,7 @@ pub struct SyncGroupResponse {
 
 impl SyncGroupResponse {
     pub fn error(error: ErrorCode) -> Self {
-        Self {
-            throttle_time_ms: 0,
-            error,
-            assignment: Bytes::new(),
-        }
+        Self { throttle_time_ms: 0, error, assignment: Bytes::new() }
     }
 
     pub fn encode(&self, w: &mut Writer, version: i16) {
@@ -105,11 +88,7 @@ impl SyncGroupResponse {
         let throttle_time_ms = if version >= 1 { r.i32()? } else { 0 };
         let error = error::from_code(r.i16()?);
         let assignment = r.bytes()?;
-        Ok(Self {
-            throttle_time_ms,
-            error,
-            assignment,
-        })
+        Ok(Self { throttle_time_ms, error, assignment })
     }
 }
 
@@ -117,10 +96,7 @@ fn check_version(version: i16) -> DecodeResult<()> {
     if (VERSION_MIN..=VERSION_MAX).contains(&version) {
         return Ok(());
     }
-    Err(DecodeError::UnsupportedVersion {
-        api_key: 14,
-        version,
-    })
+    Err(DecodeError::UnsupportedVersion { api_key: 14, version })
 }
 
 #[cfg(test)]
@@ -145,20 +121,10 @@ mod tests {
             group_id: "orders".into(),
             generation_id: 3,
             member_id: "m-1".into(),
-            group_instance_id: if version >= 3 {
-                Some("host-a".into())
-            } else {
-                None
-            },
+            group_instance_id: if version >= 3 { Some("host-a".into()) } else { None },
             assignments: vec![
-                SyncGroupAssignment {
-                    member_id: "m-1".into(),
-                    assignment: Bytes::from_static(b"p0,p1"),
-                },
-                SyncGroupAssignment {
-                    member_id: "m-2".into(),
-                    assignment: Bytes::new(),
-                },
+                SyncGroupAssignment { member_id: "m-1".into(), assignment: Bytes::from_static(b"p0,p1") },
+                SyncGroupAssignment { member_id: "m-2".into(), assignment: Bytes::new() },
             ],
         }
     }
@@ -222,11 +188,7 @@ mod tests {
                 .with_member_id(text(&message.member_id))
                 .with_group_instance_id(message.group_instance_id.as_deref().map(text))
                 .with_assignments(assignments);
-            assert_eq!(
-                encode_request(&message, version),
-                theirs(&oracle, version),
-                "v{version}"
-            );
+            assert_eq!(encode_request(&message, version), theirs(&oracle, version), "v{version}");
         }
     }
 
@@ -238,11 +200,7 @@ mod tests {
                 .with_throttle_time_ms(message.throttle_time_ms)
                 .with_error_code(message.error.code())
                 .with_assignment(message.assignment.clone());
-            assert_eq!(
-                encode_response(&message, version),
-                theirs(&oracle, version),
-                "v{version}"
-            );
+            assert_eq!(encode_response(&message, version), theirs(&oracle, version), "v{version}");
         }
     }
 

@@ -58,14 +58,16 @@ pub fn serve(config: ServeConfig) -> Result<(), ServeError> {
     let image = Arc::new(initial_image(&config, durable));
     let config = Arc::new(config);
     let cores = config.core_count();
-    let (senders, receivers): (Vec<_>, Vec<_>) = (0..cores).map(|_| flume::bounded::<ShardMessage>(constants::INBOX_DEPTH)).unzip();
+    let (senders, receivers): (Vec<_>, Vec<_>) =
+        (0..cores).map(|_| flume::bounded::<ShardMessage>(constants::INBOX_DEPTH)).unzip();
     let (ready_tx, ready_rx) = flume::unbounded::<Result<usize, String>>();
     let limits = limits::ConnectionLimits::new(config.connections_max, config.connections_per_ip_max);
     let mut handles = Vec::with_capacity(cores);
     let online = std::thread::available_parallelism().map_or(1, |n| n.get());
     for (core, inbox) in receivers.into_iter().enumerate() {
         let placement = if config.pin && cores <= online { Placement::Fixed(core) } else { Placement::Unbound };
-        let (config, image, senders, ready, limits) = (config.clone(), image.clone(), senders.clone(), ready_tx.clone(), limits.clone());
+        let (config, image, senders, ready, limits) =
+            (config.clone(), image.clone(), senders.clone(), ready_tx.clone(), limits.clone());
         let handle = LocalExecutorBuilder::new(placement)
             .name(&format!("shardlog-core-{core}"))
             .io_memory(config.io_memory_bytes)

@@ -107,10 +107,12 @@ impl GroupService {
             let Some(last) = read.batches.last() else { break };
             offset = record_batch::BatchHeader::parse(last, usize::MAX).map_err(LogError::from)?.last_offset() + 1;
             for batch in &read.batches {
-                let records = record_batch::decode_records(batch).map_err(|e| GroupServiceError::Record(e.to_string()))?;
+                let records =
+                    record_batch::decode_records(batch).map_err(|e| GroupServiceError::Record(e.to_string()))?;
                 for record in records {
                     let key = record.key.unwrap_or_default();
-                    let decoded = OffsetRecord::decode(key, record.value).map_err(|e| GroupServiceError::Record(e.to_string()))?;
+                    let decoded = OffsetRecord::decode(key, record.value)
+                        .map_err(|e| GroupServiceError::Record(e.to_string()))?;
                     coordinator.replay(decoded);
                 }
             }
@@ -129,14 +131,20 @@ impl GroupService {
         let reply_to = ReplyTo(self.next_reply.get());
         self.next_reply.set(reply_to.0 + 1);
         let event = match request {
-            GroupRequest::Join { api_version, client, request } => GroupEvent::Join { reply_to, api_version, client, request },
+            GroupRequest::Join { api_version, client, request } => {
+                GroupEvent::Join { reply_to, api_version, client, request }
+            }
             GroupRequest::Sync { request } => GroupEvent::Sync { reply_to, request },
             GroupRequest::Heartbeat { request } => GroupEvent::Heartbeat { reply_to, request },
             GroupRequest::Leave { api_version, request } => GroupEvent::Leave { reply_to, api_version, request },
             GroupRequest::OffsetCommit { request } => GroupEvent::OffsetCommit { reply_to, request },
             GroupRequest::DeleteGroups { request } => GroupEvent::DeleteGroups { reply_to, request },
-            GroupRequest::OffsetFetch { request } => return GroupAnswer::OffsetFetch(self.coordinator.borrow().fetch_offsets(&request)),
-            GroupRequest::Describe { request } => return GroupAnswer::Describe(self.coordinator.borrow().describe_groups(&request)),
+            GroupRequest::OffsetFetch { request } => {
+                return GroupAnswer::OffsetFetch(self.coordinator.borrow().fetch_offsets(&request))
+            }
+            GroupRequest::Describe { request } => {
+                return GroupAnswer::Describe(self.coordinator.borrow().describe_groups(&request))
+            }
             GroupRequest::List => return GroupAnswer::List(self.coordinator.borrow().list_groups()),
         };
         let (sender, receiver) = oneshot::channel();

@@ -54,11 +54,24 @@ pub enum PartitionReply {
 /// A metadata change, run by the controller.
 #[derive(Debug, Clone)]
 pub enum AdminOp {
-    CreateTopics { topics: Vec<NewTopic>, validate_only: bool },
-    DeleteTopics { names: Vec<String> },
-    CreatePartitions { topics: Vec<(String, i32)>, validate_only: bool },
+    CreateTopics {
+        topics: Vec<NewTopic>,
+        validate_only: bool,
+    },
+    DeleteTopics {
+        names: Vec<String>,
+    },
+    CreatePartitions {
+        topics: Vec<(String, i32)>,
+        validate_only: bool,
+    },
     /// Set (`Some`) or delete (`None`) topic configs; `replace` drops the rest.
-    AlterTopicConfigs { name: String, changes: Vec<(String, Option<String>)>, replace: bool, validate_only: bool },
+    AlterTopicConfigs {
+        name: String,
+        changes: Vec<(String, Option<String>)>,
+        replace: bool,
+        validate_only: bool,
+    },
     AllocateProducerId,
 }
 
@@ -110,7 +123,12 @@ pub enum ShardError {
 }
 
 impl Shard {
-    pub fn new(id: ShardId, config: Arc<ServeConfig>, image: Arc<MetadataImage>, inboxes: Vec<flume::Sender<ShardMessage>>) -> Rc<Self> {
+    pub fn new(
+        id: ShardId,
+        config: Arc<ServeConfig>,
+        image: Arc<MetadataImage>,
+        inboxes: Vec<flume::Sender<ShardMessage>>,
+    ) -> Rc<Self> {
         let in_flight_bytes = config.in_flight_bytes_max as u64;
         Rc::new(Self {
             id,
@@ -193,17 +211,20 @@ impl Shard {
                 }
                 None => {
                     let dir = self.partition_dir(&topic, index);
-                    let (log, report) = Log::open(dir, log_config)
-                        .await
-                        .map_err(|source| ShardError::Log { topic: topic.clone(), partition: index, source })?;
+                    let (log, report) = Log::open(dir, log_config).await.map_err(|source| ShardError::Log {
+                        topic: topic.clone(),
+                        partition: index,
+                        source,
+                    })?;
                     if !report.clean_shutdown {
                         tracing::info!(%topic, partition = index, scanned_bytes = report.scanned_bytes, truncated_bytes = report.truncated_bytes, "recovered after an unclean shutdown");
                     }
                     let partition = Rc::new(Partition::new(topic.clone(), index, log));
-                    partition
-                        .restore_producers()
-                        .await
-                        .map_err(|source| ShardError::Log { topic: topic.clone(), partition: index, source })?;
+                    partition.restore_producers().await.map_err(|source| ShardError::Log {
+                        topic: topic.clone(),
+                        partition: index,
+                        source,
+                    })?;
                     self.partitions.borrow_mut().insert((topic, index), partition);
                 }
             }
@@ -249,8 +270,12 @@ impl Shard {
         };
         match op {
             PartitionOp::Produce { records, .. } => PartitionReply::Produce(self.produce(&partition, records).await),
-            PartitionOp::Fetch { offset, max_bytes } => PartitionReply::Fetch(fetch(&partition, offset, max_bytes).await),
-            PartitionOp::ListOffsets { timestamp } => PartitionReply::ListOffsets(list_offsets(&partition, timestamp).await),
+            PartitionOp::Fetch { offset, max_bytes } => {
+                PartitionReply::Fetch(fetch(&partition, offset, max_bytes).await)
+            }
+            PartitionOp::ListOffsets { timestamp } => {
+                PartitionReply::ListOffsets(list_offsets(&partition, timestamp).await)
+            }
             PartitionOp::DeleteRecords { offset } => match partition.log.delete_records(offset).await {
                 Ok(low_watermark) => PartitionReply::DeleteRecords { low_watermark, error: ErrorCode::None },
                 Err(err) => PartitionReply::DeleteRecords { low_watermark: -1, error: log_error_code(&err) },
@@ -340,14 +365,18 @@ impl Shard {
         };
         let image = self.image();
         let config = self.config.clone();
-        let check = move |configs: &BTreeMap<String, String>| config.topic_log_config(configs).map(|_| ()).map_err(|e| e.to_string());
+        let check = move |configs: &BTreeMap<String, String>| {
+            config.topic_log_config(configs).map(|_| ()).map_err(|e| e.to_string())
+        };
         let salt = crate::log::now_ms() ^ image.version;
         let (next, items) = match op {
             AdminOp::CreateTopics { topics, validate_only } => {
                 controller::create_topics(&image, &topics, self.config.topic.partitions, validate_only, salt, &check)
             }
             AdminOp::DeleteTopics { names } => controller::delete_topics(&image, &names),
-            AdminOp::CreatePartitions { topics, validate_only } => controller::create_partitions(&image, &topics, validate_only),
+            AdminOp::CreatePartitions { topics, validate_only } => {
+                controller::create_partitions(&image, &topics, validate_only)
+            }
             AdminOp::AlterTopicConfigs { name, changes, replace, validate_only } => {
                 let change = |configs: &mut BTreeMap<String, String>| {
                     if replace {
@@ -368,7 +397,11 @@ impl Shard {
         if next.durable != image.durable {
             if let Err(err) = metadata::store(&self.config.data, &next.durable) {
                 tracing::error!(error = %err, "persisting metadata failed");
-                let failed = items.iter().map(|i| ItemResult { name: i.name.clone(), error: ErrorCode::KafkaStorageError, message: Some(err.to_string()) });
+                let failed = items.iter().map(|i| ItemResult {
+                    name: i.name.clone(),
+                    error: ErrorCode::KafkaStorageError,
+                    message: Some(err.to_string()),
+                });
                 return AdminReply::Items(failed.collect());
             }
             self.broadcast_image(Arc::new(next)).await;
@@ -532,7 +565,9 @@ impl Shard {
             initial_rebalance_delay_ms: settings.initial_rebalance_delay_ms,
             session_timeout_ms_min: settings.session_timeout_ms_min,
             session_timeout_ms_max: settings.session_timeout_ms_max,
-            member_id_seed: (crate::log::now_ms() << 8) ^ u64::from(self.id.0) ^ ((self.config.node_id_base as u64) << 48),
+            member_id_seed: (crate::log::now_ms() << 8)
+                ^ u64::from(self.id.0)
+                ^ ((self.config.node_id_base as u64) << 48),
             ..Default::default()
         };
         let dir = self.config.data.join("__groups").join(format!("core-{}", self.id.0));
@@ -562,7 +597,11 @@ impl Shard {
     /// Runs a group request on the group's core. In per-core mode a request
     /// that reached another core is answered NOT_COORDINATOR (the client
     /// asks FindCoordinator again); in shared-port mode it is forwarded.
-    pub async fn group_op(self: &Rc<Self>, group_id: &str, request: groups::GroupRequest) -> Result<groups::GroupAnswer, ErrorCode> {
+    pub async fn group_op(
+        self: &Rc<Self>,
+        group_id: &str,
+        request: groups::GroupRequest,
+    ) -> Result<groups::GroupAnswer, ErrorCode> {
         let owner = self.group_owner(group_id);
         if owner == self.id {
             return Ok(self.run_group_op(request).await);
@@ -573,9 +612,15 @@ impl Shard {
         self.forward_group_op(owner, request).await
     }
 
-    pub async fn forward_group_op(&self, owner: ShardId, request: groups::GroupRequest) -> Result<groups::GroupAnswer, ErrorCode> {
+    pub async fn forward_group_op(
+        &self,
+        owner: ShardId,
+        request: groups::GroupRequest,
+    ) -> Result<groups::GroupAnswer, ErrorCode> {
         let (reply, receive) = flume::bounded(1);
-        self.send(owner, ShardMessage::Group { request, reply }).await.map_err(|_| ErrorCode::CoordinatorNotAvailable)?;
+        self.send(owner, ShardMessage::Group { request, reply })
+            .await
+            .map_err(|_| ErrorCode::CoordinatorNotAvailable)?;
         receive.recv_async().await.map_err(|_| ErrorCode::CoordinatorNotAvailable)
     }
 
@@ -594,7 +639,9 @@ impl Shard {
             let answer = if ShardId(shard) == self.id {
                 self.run_group_op(groups::GroupRequest::List).await
             } else {
-                self.forward_group_op(ShardId(shard), groups::GroupRequest::List).await.unwrap_or(groups::GroupAnswer::Unavailable)
+                self.forward_group_op(ShardId(shard), groups::GroupRequest::List)
+                    .await
+                    .unwrap_or(groups::GroupAnswer::Unavailable)
             };
             answers.push(answer);
         }
@@ -619,12 +666,17 @@ impl Shard {
                     self.partitions.borrow_mut().insert(key, partition);
                 }
             }
-            Err(err) => tracing::error!(topic = %key.0, partition = key.1, error = %err, "reopening a failed log failed"),
+            Err(err) => {
+                tracing::error!(topic = %key.0, partition = key.1, error = %err, "reopening a failed log failed")
+            }
         }
     }
 }
 
-fn split_and_validate(records: Bytes, batch_bytes_max: usize) -> Result<Vec<(Bytes, record_batch::BatchHeader)>, ErrorCode> {
+fn split_and_validate(
+    records: Bytes,
+    batch_bytes_max: usize,
+) -> Result<Vec<(Bytes, record_batch::BatchHeader)>, ErrorCode> {
     if records.len() > batch_bytes_max.saturating_mul(64) {
         return Err(ErrorCode::RecordListTooLarge);
     }
@@ -697,7 +749,9 @@ pub fn log_error_code(err: &LogError) -> ErrorCode {
         LogError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
         LogError::Batch(batch) => batch.error_code(),
         LogError::BatchTooLarge { .. } => ErrorCode::MessageTooLarge,
-        LogError::Io { .. } | LogError::Failed(_) | LogError::Closed | LogError::Corrupt { .. } => ErrorCode::KafkaStorageError,
+        LogError::Io { .. } | LogError::Failed(_) | LogError::Closed | LogError::Corrupt { .. } => {
+            ErrorCode::KafkaStorageError
+        }
     }
 }
 
@@ -705,7 +759,9 @@ fn error_reply(op: &PartitionOp, index: i32, code: ErrorCode) -> PartitionReply 
     match op {
         PartitionOp::Produce { .. } => PartitionReply::Produce(ProducePartitionResponse::error(index, code)),
         PartitionOp::Fetch { .. } => PartitionReply::Fetch(FetchPartitionResponse::error(index, code)),
-        PartitionOp::ListOffsets { .. } => PartitionReply::ListOffsets(ListOffsetsPartitionResponse::error(index, code)),
+        PartitionOp::ListOffsets { .. } => {
+            PartitionReply::ListOffsets(ListOffsetsPartitionResponse::error(index, code))
+        }
         PartitionOp::DeleteRecords { .. } => PartitionReply::DeleteRecords { low_watermark: -1, error: code },
         PartitionOp::OffsetForLeaderEpoch { .. } => {
             PartitionReply::OffsetForLeaderEpoch { leader_epoch: -1, end_offset: -1, error: code }

@@ -41,7 +41,9 @@ struct ProducerEntry {
 pub enum SequenceCheck {
     Append,
     /// Already appended at this base offset: answer success, append nothing.
-    Duplicate { base_offset: i64 },
+    Duplicate {
+        base_offset: i64,
+    },
 }
 
 impl Partition {
@@ -183,7 +185,11 @@ fn check(entry: &ProducerEntry, header: &BatchHeader) -> Result<SequenceCheck, E
     }
     if header.producer_epoch > entry.epoch {
         // A bumped epoch starts over at sequence 0.
-        return if header.base_sequence == 0 { Ok(SequenceCheck::Append) } else { Err(ErrorCode::OutOfOrderSequenceNumber) };
+        return if header.base_sequence == 0 {
+            Ok(SequenceCheck::Append)
+        } else {
+            Err(ErrorCode::OutOfOrderSequenceNumber)
+        };
     }
     let last_sequence = header.base_sequence.wrapping_add(header.last_offset_delta);
     if let Some((_, _, base_offset)) =

@@ -180,7 +180,14 @@ pub fn produce(conn: &mut Connection, topic: &str, partition: i32, records: Byte
     shardlog::client::decode(reader, 8, ProduceResponse::decode).expect("decode produce")
 }
 
-pub fn fetch(conn: &mut Connection, topic: &str, partition: i32, offset: i64, max_wait_ms: i32, min_bytes: i32) -> FetchResponse {
+pub fn fetch(
+    conn: &mut Connection,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    max_wait_ms: i32,
+    min_bytes: i32,
+) -> FetchResponse {
     let request = FetchRequest {
         replica_id: -1,
         max_wait_ms,

@@ -49,7 +49,10 @@ pub async fn handle_incremental(shard: &Rc<Shard>, request: &Request, reader: &m
             }
         }
         let (error, error_message) = if unsupported {
-            (ErrorCode::InvalidConfig, Some("APPEND and SUBTRACT apply to list configs, which topics here do not have".into()))
+            (
+                ErrorCode::InvalidConfig,
+                Some("APPEND and SUBTRACT apply to list configs, which topics here do not have".into()),
+            )
         } else {
             alter(shard, resource.resource_type, &resource.resource_name, changes, false, body.validate_only).await
         };

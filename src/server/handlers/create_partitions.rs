@@ -3,7 +3,9 @@
 use std::rc::Rc;
 
 use super::{respond, response, Outcome};
-use crate::protocol::create_partitions::{CreatePartitionsRequest, CreatePartitionsResponse, CreatePartitionsTopicResult};
+use crate::protocol::create_partitions::{
+    CreatePartitionsRequest, CreatePartitionsResponse, CreatePartitionsTopicResult,
+};
 use crate::protocol::{DecodeResult, ErrorCode, Reader, Request};
 use crate::shard::{AdminOp, AdminReply, Shard};
 
@@ -24,7 +26,10 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
         }
     }
     let names: Vec<String> = topics.iter().map(|t| t.0.clone()).collect();
-    let mut results: Vec<CreatePartitionsTopicResult> = match shard.admin(AdminOp::CreatePartitions { topics, validate_only: body.validate_only }).await {
+    let mut results: Vec<CreatePartitionsTopicResult> = match shard
+        .admin(AdminOp::CreatePartitions { topics, validate_only: body.validate_only })
+        .await
+    {
         AdminReply::Items(items) if items.len() == names.len() => items
             .into_iter()
             .map(|item| CreatePartitionsTopicResult { name: item.name, error: item.error, error_message: item.message })

@@ -24,19 +24,25 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
             continue;
         }
         let configs = topic.configs.into_iter().filter_map(|c| c.value.map(|v| (c.name, v))).collect();
-        topics.push(NewTopic { name: topic.name, partitions: topic.num_partitions, replication_factor: topic.replication_factor, configs });
+        topics.push(NewTopic {
+            name: topic.name,
+            partitions: topic.num_partitions,
+            replication_factor: topic.replication_factor,
+            configs,
+        });
     }
     let names: Vec<String> = topics.iter().map(|t| t.name.clone()).collect();
-    let mut results: Vec<CreatableTopicResult> = match shard.admin(AdminOp::CreateTopics { topics, validate_only: body.validate_only }).await {
-        AdminReply::Items(items) if items.len() == names.len() => items
-            .into_iter()
-            .map(|item| CreatableTopicResult { name: item.name, error: item.error, error_message: item.message })
-            .collect(),
-        _ => names
-            .into_iter()
-            .map(|name| CreatableTopicResult { name, error: ErrorCode::RequestTimedOut, error_message: None })
-            .collect(),
-    };
+    let mut results: Vec<CreatableTopicResult> =
+        match shard.admin(AdminOp::CreateTopics { topics, validate_only: body.validate_only }).await {
+            AdminReply::Items(items) if items.len() == names.len() => items
+                .into_iter()
+                .map(|item| CreatableTopicResult { name: item.name, error: item.error, error_message: item.message })
+                .collect(),
+            _ => names
+                .into_iter()
+                .map(|name| CreatableTopicResult { name, error: ErrorCode::RequestTimedOut, error_message: None })
+                .collect(),
+        };
     results.extend(refused);
     let mut w = response(request);
     CreateTopicsResponse { throttle_time_ms: 0, topics: results }.encode(&mut w, version);

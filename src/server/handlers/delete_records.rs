@@ -21,10 +21,11 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
             let shard = shard.clone();
             let (name, index, offset) = (topic.name.clone(), partition.partition_index, partition.offset);
             work.push(async move {
-                let (low_watermark, error) = match shard.partition_op(&name, index, PartitionOp::DeleteRecords { offset }).await {
-                    PartitionReply::DeleteRecords { low_watermark, error } => (low_watermark, error),
-                    _ => (-1, ErrorCode::UnknownServerError),
-                };
+                let (low_watermark, error) =
+                    match shard.partition_op(&name, index, PartitionOp::DeleteRecords { offset }).await {
+                        PartitionReply::DeleteRecords { low_watermark, error } => (low_watermark, error),
+                        _ => (-1, ErrorCode::UnknownServerError),
+                    };
                 DeleteRecordsPartitionResult { partition_index: index, low_watermark, error }
             });
         }

@@ -44,7 +44,8 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
                     Some(topic) => match shard.config.topic_log_config(&topic.configs) {
                         Ok(log) => {
                             for key in TOPIC_CONFIG_KEYS.iter().filter(|k| wanted(k)) {
-                                let source = if topic.configs.contains_key(*key) { SOURCE_TOPIC } else { SOURCE_DEFAULT };
+                                let source =
+                                    if topic.configs.contains_key(*key) { SOURCE_TOPIC } else { SOURCE_DEFAULT };
                                 result.configs.push(entry(key, topic_value(&log, key), source, false));
                             }
                         }

@@ -57,7 +57,8 @@ async fn read_once(shard: &Rc<Shard>, body: &FetchRequest) -> Vec<FetchTopicResp
             let name = topic.name.clone();
             let p = *partition;
             reads.push(async move {
-                let op = PartitionOp::Fetch { offset: p.fetch_offset, max_bytes: p.partition_max_bytes.max(0) as usize };
+                let op =
+                    PartitionOp::Fetch { offset: p.fetch_offset, max_bytes: p.partition_max_bytes.max(0) as usize };
                 match shard.partition_op(&name, p.index, op).await {
                     PartitionReply::Fetch(answer) => answer,
                     _ => FetchPartitionResponse::error(p.index, ErrorCode::UnknownServerError),

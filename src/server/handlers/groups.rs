@@ -14,7 +14,9 @@ use crate::protocol::heartbeat::{HeartbeatRequest, HeartbeatResponse};
 use crate::protocol::join_group::{JoinGroupRequest, JoinGroupResponse};
 use crate::protocol::leave_group::{LeaveGroupRequest, LeaveGroupResponse};
 use crate::protocol::list_groups::ListGroupsResponse;
-use crate::protocol::offset_commit::{OffsetCommitPartitionResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetCommitTopicResponse};
+use crate::protocol::offset_commit::{
+    OffsetCommitPartitionResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetCommitTopicResponse,
+};
 use crate::protocol::offset_fetch::{OffsetFetchRequest, OffsetFetchResponse};
 use crate::protocol::sync_group::{SyncGroupRequest, SyncGroupResponse};
 use crate::protocol::{DecodeResult, ErrorCode, Reader, Request, Writer};
@@ -40,8 +42,10 @@ pub async fn join(shard: &Rc<Shard>, request: &Request, reader: &mut Reader, pee
     let body = JoinGroupRequest::decode(reader, version)?;
     let group_id = body.group_id.clone();
     let member_id = body.member_id.clone();
-    let client = ClientInfo { client_id: request.header.client_id.clone().unwrap_or_default(), client_host: format!("/{peer}") };
-    let answer = match route(shard, &group_id, GroupRequest::Join { api_version: version, client, request: body }).await {
+    let client =
+        ClientInfo { client_id: request.header.client_id.clone().unwrap_or_default(), client_host: format!("/{peer}") };
+    let answer = match route(shard, &group_id, GroupRequest::Join { api_version: version, client, request: body }).await
+    {
         Ok(GroupResponse::Join(answer)) => answer,
         Ok(_) => JoinGroupResponse::error(member_id, ErrorCode::UnknownServerError),
         Err(code) => JoinGroupResponse::error(member_id, code),
@@ -129,7 +133,9 @@ pub async fn offset_fetch(shard: &Rc<Shard>, request: &Request, reader: &mut Rea
     let group_id = body.group_id.clone();
     let answer = match shard.group_op(&group_id, GroupRequest::OffsetFetch { request: body }).await {
         Ok(GroupAnswer::OffsetFetch(answer)) => answer,
-        Ok(_) => OffsetFetchResponse { throttle_time_ms: 0, topics: Vec::new(), error: ErrorCode::CoordinatorNotAvailable },
+        Ok(_) => {
+            OffsetFetchResponse { throttle_time_ms: 0, topics: Vec::new(), error: ErrorCode::CoordinatorNotAvailable }
+        }
         Err(code) => OffsetFetchResponse { throttle_time_ms: 0, topics: Vec::new(), error: code },
     };
     finish(request, |w| answer.encode(w, version))
@@ -140,7 +146,10 @@ pub async fn describe(shard: &Rc<Shard>, request: &Request, reader: &mut Reader)
     let body = DescribeGroupsRequest::decode(reader, version)?;
     let mut groups = Vec::with_capacity(body.groups.len());
     for group_id in &body.groups {
-        let single = DescribeGroupsRequest { groups: vec![group_id.clone()], include_authorized_operations: body.include_authorized_operations };
+        let single = DescribeGroupsRequest {
+            groups: vec![group_id.clone()],
+            include_authorized_operations: body.include_authorized_operations,
+        };
         match shard.group_op(group_id, GroupRequest::Describe { request: single }).await {
             Ok(GroupAnswer::Describe(answer)) => groups.extend(answer.groups),
             other => groups.push(DescribedGroup {

@@ -25,7 +25,12 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
                     PartitionReply::OffsetForLeaderEpoch { leader_epoch, end_offset, error } => {
                         EpochEndOffset { error, partition: index, leader_epoch, end_offset }
                     }
-                    _ => EpochEndOffset { error: ErrorCode::UnknownServerError, partition: index, leader_epoch: -1, end_offset: -1 },
+                    _ => EpochEndOffset {
+                        error: ErrorCode::UnknownServerError,
+                        partition: index,
+                        leader_epoch: -1,
+                        end_offset: -1,
+                    },
                 }
             });
         }

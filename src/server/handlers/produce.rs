@@ -16,7 +16,8 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
     let body = ProduceRequest::decode(reader, version)?;
     let acks = body.acks;
     let image = shard.image();
-    let missing: Vec<String> = body.topics.iter().filter(|t| image.topic(&t.name).is_none()).map(|t| t.name.clone()).collect();
+    let missing: Vec<String> =
+        body.topics.iter().filter(|t| image.topic(&t.name).is_none()).map(|t| t.name.clone()).collect();
     if !missing.is_empty() && shard.config.auto_create_topics {
         super::metadata::auto_create(shard, missing).await;
     }
