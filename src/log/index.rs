@@ -173,6 +173,20 @@ mod tests {
     }
 
     #[test]
+    fn time_index_stays_monotonic_when_timestamps_step_backwards() {
+        let mut index = SegmentIndex::default();
+        for (i, ts) in [1000i64, 5000, 3000, 2000, 6000].into_iter().enumerate() {
+            let i = i as u32;
+            index.push(
+                OffsetEntry { relative_offset: i, position: i * 10 },
+                TimeEntry { max_timestamp: ts, relative_offset: i },
+            );
+        }
+        let times: Vec<i64> = index.times.iter().map(|t| t.max_timestamp).collect();
+        assert_eq!(times, vec![1000, 5000, 5000, 5000, 6000]);
+    }
+
+    #[test]
     fn time_lookup_starts_before_first_later_timestamp() {
         let index = sample();
         assert_eq!(index.scan_start_for_time(0), 0);
