@@ -21,7 +21,8 @@ use event_listener::Event;
 use glommio::sync::Semaphore;
 
 use crate::cluster::controller::{self, ItemResult, NewTopic};
-use crate::cluster::metadata::{self, MetadataImage, ShardId};
+pub use crate::cluster::metadata::ShardId;
+use crate::cluster::metadata::{self, MetadataImage};
 use crate::config::ServeConfig;
 use crate::constants;
 use crate::log::{Log, LogError};
@@ -83,11 +84,33 @@ pub enum AdminReply {
 
 /// Messages between cores.
 pub enum ShardMessage {
-    Partition { topic: String, partition: i32, op: PartitionOp, reply: flume::Sender<PartitionReply> },
-    Admin { op: AdminOp, reply: flume::Sender<AdminReply> },
-    ApplyImage { image: Arc<MetadataImage>, done: flume::Sender<()> },
-    Group { request: groups::GroupRequest, reply: flume::Sender<groups::GroupAnswer> },
-    Shutdown { done: flume::Sender<()> },
+    Partition {
+        topic: String,
+        partition: i32,
+        op: PartitionOp,
+        reply: flume::Sender<PartitionReply>,
+    },
+    Admin {
+        op: AdminOp,
+        reply: flume::Sender<AdminReply>,
+    },
+    ApplyImage {
+        image: Arc<MetadataImage>,
+        done: flume::Sender<()>,
+    },
+    Group {
+        request: groups::GroupRequest,
+        reply: flume::Sender<groups::GroupAnswer>,
+    },
+    /// Answer when new data is readable on this core, or at the deadline
+    /// (long-polling Fetch on another core).
+    AwaitData {
+        deadline: std::time::Instant,
+        reply: flume::Sender<()>,
+    },
+    Shutdown {
+        done: flume::Sender<()>,
+    },
 }
 
 /// One core's state. Shared by the tasks of that core through `Rc`.
@@ -231,6 +254,28 @@ impl Shard {
             glommio::yield_if_needed().await;
         }
         Ok(())
+    }
+
+    /// Waits until data arrives on this core, shutdown begins, or `deadline`.
+    pub async fn await_data(&self, deadline: std::time::Instant) {
+        let listener = self.data_event.listen();
+        let shutdown = self.shutdown_event.listen();
+        if self.shutting_down.get() {
+            return;
+        }
+        let wait = deadline.saturating_duration_since(std::time::Instant::now());
+        futures_lite::future::or(futures_lite::future::or(listener, shutdown), async {
+            glommio::timer::sleep(wait).await;
+        })
+        .await;
+    }
+
+    /// Asks `shard` to answer once it has new data (or at `deadline`).
+    pub async fn await_remote_data(&self, shard: ShardId, deadline: std::time::Instant) {
+        let (reply, receive) = flume::bounded(1);
+        if self.send(shard, ShardMessage::AwaitData { deadline, reply }).await.is_ok() {
+            let _ = receive.recv_async().await;
+        }
     }
 
     /// Runs `op` on the partition's owner: here, or on another core.
@@ -446,9 +491,24 @@ impl Shard {
         }
     }
 
-    /// Serves this core's inbox until shutdown.
+    /// Serves this core's inbox until shutdown has finished. The inbox keeps
+    /// being served while this core shuts down, so that other cores' requests
+    /// in flight get answers instead of waiting on a core that stopped
+    /// listening.
     pub async fn run_inbox(self: Rc<Self>, inbox: flume::Receiver<ShardMessage>) {
-        while let Ok(message) = inbox.recv_async().await {
+        let stopped = Rc::new(Event::new());
+        let finished = Rc::new(Cell::new(false));
+        loop {
+            let stop = stopped.listen();
+            if finished.get() {
+                break;
+            }
+            let next = futures_lite::future::or(async { inbox.recv_async().await.ok() }, async {
+                stop.await;
+                None
+            })
+            .await;
+            let Some(message) = next else { break };
             match message {
                 ShardMessage::Partition { topic, partition, op, reply } => {
                     let shard = self.clone();
@@ -481,9 +541,22 @@ impl Shard {
                     let _ = done.send_async(()).await;
                 }
                 ShardMessage::Shutdown { done } => {
-                    self.shutdown().await;
-                    let _ = done.send_async(()).await;
-                    break;
+                    let (shard, stopped, finished) = (self.clone(), stopped.clone(), finished.clone());
+                    glommio::spawn_local(async move {
+                        shard.shutdown().await;
+                        finished.set(true);
+                        stopped.notify(usize::MAX);
+                        let _ = done.send_async(()).await;
+                    })
+                    .detach();
+                }
+                ShardMessage::AwaitData { deadline, reply } => {
+                    let shard = self.clone();
+                    glommio::spawn_local(async move {
+                        shard.await_data(deadline).await;
+                        let _ = reply.send_async(()).await;
+                    })
+                    .detach();
                 }
             }
         }

@@ -12,10 +12,7 @@ use super::{respond, response, Outcome};
 use crate::constants::FETCH_WAIT_MS_MAX;
 use crate::protocol::fetch::{FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopicResponse};
 use crate::protocol::{DecodeResult, ErrorCode, Reader, Request};
-use crate::shard::{PartitionOp, PartitionReply, Shard};
-
-/// How often a long poll re-reads partitions that live on other cores.
-const REMOTE_POLL_INTERVAL: Duration = Duration::from_millis(1);
+use crate::shard::{PartitionOp, PartitionReply, Shard, ShardId};
 
 pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -> DecodeResult<Outcome> {
     let version = request.header.api_version;
@@ -23,11 +20,15 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
     let max_wait = Duration::from_millis(body.max_wait_ms.clamp(0, FETCH_WAIT_MS_MAX) as u64);
     let deadline = Instant::now() + max_wait;
     let image = shard.image();
-    let has_remote = body
+    let mut remote_shards: Vec<ShardId> = body
         .topics
         .iter()
         .flat_map(|t| t.partitions.iter().map(move |p| (t, p)))
-        .any(|(t, p)| image.partition(&t.name, p.index).is_some_and(|info| info.shard != shard.id));
+        .filter_map(|(t, p)| image.partition(&t.name, p.index).map(|info| info.shard))
+        .filter(|owner| *owner != shard.id)
+        .collect();
+    remote_shards.sort_unstable();
+    remote_shards.dedup();
     let topics = loop {
         let listener = shard.data_event.listen();
         let topics = read_once(shard, &body).await;
@@ -37,9 +38,19 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
         if total >= body.min_bytes.max(0) as usize || any_error || now >= deadline || shard.shutting_down.get() {
             break topics;
         }
-        let wait = if has_remote { (deadline - now).min(REMOTE_POLL_INTERVAL) } else { deadline - now };
-        futures_lite::future::or(listener, async {
-            glommio::timer::sleep(wait).await;
+        // Wake on new data here, on any other core that owns a requested
+        // partition, at shutdown, or at the deadline.
+        let shutdown = shard.shutdown_event.listen();
+        let remote = async {
+            if remote_shards.is_empty() {
+                std::future::pending::<()>().await;
+            }
+            let waits = remote_shards.iter().map(|owner| Box::pin(shard.await_remote_data(*owner, deadline)));
+            futures::future::select_all(waits).await;
+        };
+        let local = futures_lite::future::or(listener, shutdown);
+        futures_lite::future::or(futures_lite::future::or(local, remote), async {
+            glommio::timer::sleep(deadline - now).await;
         })
         .await;
     };
