@@ -202,3 +202,39 @@ pub fn response_writer(correlation_id: i32, api: ApiKey, flexible: bool) -> Writ
     }
     w
 }
+
+/// Decodes the body of any request we serve (fuzzing and tests): every
+/// supported API at `request.header.api_version`.
+pub fn decode_request_body(request: &Request, reader: &mut Reader) -> DecodeResult<()> {
+    let version = request.header.api_version;
+    match request.api {
+        ApiKey::Produce => produce::ProduceRequest::decode(reader, version).map(drop),
+        ApiKey::Fetch => fetch::FetchRequest::decode(reader, version).map(drop),
+        ApiKey::ListOffsets => list_offsets::ListOffsetsRequest::decode(reader, version).map(drop),
+        ApiKey::Metadata => metadata::MetadataRequest::decode(reader, version).map(drop),
+        ApiKey::OffsetCommit => offset_commit::OffsetCommitRequest::decode(reader, version).map(drop),
+        ApiKey::OffsetFetch => offset_fetch::OffsetFetchRequest::decode(reader, version).map(drop),
+        ApiKey::FindCoordinator => find_coordinator::FindCoordinatorRequest::decode(reader, version).map(drop),
+        ApiKey::JoinGroup => join_group::JoinGroupRequest::decode(reader, version).map(drop),
+        ApiKey::Heartbeat => heartbeat::HeartbeatRequest::decode(reader, version).map(drop),
+        ApiKey::LeaveGroup => leave_group::LeaveGroupRequest::decode(reader, version).map(drop),
+        ApiKey::SyncGroup => sync_group::SyncGroupRequest::decode(reader, version).map(drop),
+        ApiKey::DescribeGroups => describe_groups::DescribeGroupsRequest::decode(reader, version).map(drop),
+        ApiKey::ListGroups => list_groups::ListGroupsRequest::decode(reader, version).map(drop),
+        ApiKey::ApiVersions => api_versions::ApiVersionsRequest::decode(reader, version).map(drop),
+        ApiKey::CreateTopics => create_topics::CreateTopicsRequest::decode(reader, version).map(drop),
+        ApiKey::DeleteTopics => delete_topics::DeleteTopicsRequest::decode(reader, version).map(drop),
+        ApiKey::DeleteRecords => delete_records::DeleteRecordsRequest::decode(reader, version).map(drop),
+        ApiKey::InitProducerId => init_producer_id::InitProducerIdRequest::decode(reader, version).map(drop),
+        ApiKey::OffsetForLeaderEpoch => {
+            offset_for_leader_epoch::OffsetForLeaderEpochRequest::decode(reader, version).map(drop)
+        }
+        ApiKey::DescribeConfigs => describe_configs::DescribeConfigsRequest::decode(reader, version).map(drop),
+        ApiKey::AlterConfigs => alter_configs::AlterConfigsRequest::decode(reader, version).map(drop),
+        ApiKey::CreatePartitions => create_partitions::CreatePartitionsRequest::decode(reader, version).map(drop),
+        ApiKey::DeleteGroups => delete_groups::DeleteGroupsRequest::decode(reader, version).map(drop),
+        ApiKey::IncrementalAlterConfigs => {
+            incremental_alter_configs::IncrementalAlterConfigsRequest::decode(reader, version).map(drop)
+        }
+    }
+}
