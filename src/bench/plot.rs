@@ -30,6 +30,7 @@ pub fn write_svg(path: &Path, title: &str, series: &[(&str, &Latency)]) -> Resul
     let x_end = lines
         .iter()
         .flat_map(|(_, p)| p.iter().map(|(x, _)| *x))
+        .filter(|x| x.is_finite())
         .fold(100.0f64, f64::max);
     let x_end = 10f64.powf(x_end.log10().ceil()).min(X_MAX);
     let y_end = lines
@@ -78,7 +79,8 @@ pub fn write_svg(path: &Path, title: &str, series: &[(&str, &Latency)]) -> Resul
     Ok(())
 }
 
-/// (1/(1-quantile), latency ms); the 100% point goes to the right edge.
+/// (1/(1-quantile), latency ms); the 100% point lies at infinity and is
+/// drawn at the right edge.
 fn points(latency: &Latency) -> Vec<(f64, f64)> {
     latency
         .percentile_points()
@@ -87,7 +89,7 @@ fn points(latency: &Latency) -> Vec<(f64, f64)> {
             let x = if quantile < 1.0 {
                 (1.0 / (1.0 - quantile)).min(X_MAX)
             } else {
-                X_MAX
+                f64::INFINITY
             };
             (x, micros as f64 / 1000.0)
         })

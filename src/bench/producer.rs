@@ -438,6 +438,13 @@ impl Producer {
         for task in self.ack_tasks.drain(..) {
             task.await;
         }
+        // Requests without a response (acks=0) may still sit in a writer's
+        // queue: wait until they are on the wire before the connections go.
+        for connection in self.nodes.open() {
+            if let Err(error) = connection.drain().await {
+                result = result.and(Err(error));
+            }
+        }
         let mut sent = self.sent.borrow_mut();
         let mut outcome = self.outcome.borrow_mut();
         for (&partition, &count) in &self.sequences {
