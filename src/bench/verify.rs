@@ -208,7 +208,8 @@ mod tests {
     #[test]
     fn refused_ranges_are_not_lost() {
         let c = check(&[0, 1, 5, 6]);
-        assert_eq!(c.lost(7, &[2..5]), 0);
+        let refused = std::ops::Range { start: 2, end: 5 };
+        assert_eq!(c.lost(7, std::slice::from_ref(&refused)), 0);
         assert_eq!(c.lost(9, &[2..4, 7..9]), 1);
     }
 
@@ -234,7 +235,7 @@ mod tests {
                 b,
                 SentStream {
                     sent: 2,
-                    failed: vec![1..2],
+                    failed: Vec::from([std::ops::Range { start: 1, end: 2 }]),
                 },
             ),
         ]);

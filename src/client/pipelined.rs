@@ -732,3 +732,83 @@ impl Cluster {
         Ok(offsets)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::api_versions::ApiVersionRange;
+
+    fn broker(ranges: &[(ApiKey, i16, i16)]) -> ApiVersionsResponse {
+        ApiVersionsResponse {
+            error: ErrorCode::None,
+            apis: ranges
+                .iter()
+                .map(|&(key, version_min, version_max)| ApiVersionRange {
+                    api_key: key as i16,
+                    version_min,
+                    version_max,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn negotiation_picks_the_highest_non_flexible_version_both_sides_know() {
+        let kafka = broker(&[
+            (ApiKey::Produce, 3, 11),
+            (ApiKey::Fetch, 4, 17),
+            (ApiKey::ListOffsets, 1, 9),
+            (ApiKey::Metadata, 0, 12),
+            (ApiKey::CreateTopics, 2, 7),
+        ]);
+        let versions = Versions::negotiate(&kafka).expect("compatible");
+        assert_eq!(
+            versions,
+            Versions {
+                produce: 8,
+                fetch: 11,
+                list_offsets: 5,
+                metadata: 8,
+                create_topics: 4
+            }
+        );
+        let old = broker(&[
+            (ApiKey::Produce, 0, 5),
+            (ApiKey::Fetch, 0, 6),
+            (ApiKey::ListOffsets, 0, 2),
+            (ApiKey::Metadata, 0, 5),
+            (ApiKey::CreateTopics, 0, 2),
+        ]);
+        let versions = Versions::negotiate(&old).expect("compatible");
+        assert_eq!(
+            versions,
+            Versions {
+                produce: 5,
+                fetch: 6,
+                list_offsets: 2,
+                metadata: 5,
+                create_topics: 2
+            }
+        );
+    }
+
+    #[test]
+    fn negotiation_fails_without_a_common_version() {
+        let ancient = broker(&[
+            (ApiKey::Produce, 0, 2),
+            (ApiKey::Fetch, 0, 3),
+            (ApiKey::ListOffsets, 0, 0),
+            (ApiKey::Metadata, 0, 1),
+            (ApiKey::CreateTopics, 0, 1),
+        ]);
+        assert!(matches!(
+            Versions::negotiate(&ancient),
+            Err(ClientError::Unsupported(_))
+        ));
+        let missing = broker(&[(ApiKey::Produce, 3, 8)]);
+        assert!(matches!(
+            Versions::negotiate(&missing),
+            Err(ClientError::Unsupported(_))
+        ));
+    }
+}
