@@ -72,6 +72,9 @@ pub fn run(args: BenchArgs) -> Result<bool, String> {
         online.max(1)
     });
     let mut workload = args.workload(cores).map_err(|e| e.to_string())?;
+    if !spawn && (args.broker_cores.is_some() || args.flush.is_some() || args.listener.is_some()) {
+        return Err("--broker-cores, --flush and --listener configure a spawned broker; with --brokers, configure that broker instead".into());
+    }
     if workload.mode == Mode::Consume && workload.from == StartFrom::Tail {
         if spawn {
             return Err("consume --from tail reads what others write, and a spawned broker has no other writers: use e2e, or --from beginning".into());
@@ -164,6 +167,11 @@ pub fn run(args: BenchArgs) -> Result<bool, String> {
         },
         _ => verify::verdict(&verify_sent, &result.seen),
     });
+    if workload.verify && workload.mode != Mode::Produce && verify_sent.is_empty() {
+        eprintln!(
+            "note: --verify found no records of this run to check (the topic was read as it was)"
+        );
+    }
     if workload.verify && workload.mode == Mode::Produce {
         eprintln!("note: --verify checks what consumers read; produce mode has none (use e2e)");
     }
@@ -192,7 +200,10 @@ pub fn run(args: BenchArgs) -> Result<bool, String> {
             nodes: prepared.topology.nodes.len(),
             broker_cores: spawn.then_some(broker_cores),
             flush: args.flush.clone(),
-            listener: args.listener.map(|l| format!("{l:?}").to_lowercase()),
+            listener: args
+                .listener
+                .and_then(|l| clap::ValueEnum::to_possible_value(&l))
+                .map(|v| v.get_name().to_string()),
         },
         machine: Machine::describe(),
         fill: fill.as_ref().map(PhaseResult::produce_throughput),
