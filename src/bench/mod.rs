@@ -492,6 +492,7 @@ impl Runner<'_> {
         if producers == 0 {
             shared.control.producers_done_ms.store(1, Ordering::Release);
         }
+        // Bounded in effect: a core sends one tick a second and one result.
         let (sender, receiver) = flume::unbounded::<CoreMessage>();
         let mut handles = Vec::with_capacity(specs.len());
         for spec in specs {

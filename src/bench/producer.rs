@@ -133,11 +133,12 @@ impl Producer {
                 return Ok(());
             }
             let now = Instant::now();
-            let made = match self.schedule.is_some() {
-                true => self.step_at_rate(now).await?,
-                false => self.step_flat_out(now).await?,
+            let step = if self.schedule.is_some() {
+                self.step_at_rate(now).await?
+            } else {
+                self.step_flat_out(now).await?
             };
-            match made {
+            match step {
                 Step::Made => {}
                 Step::Idle(until) => {
                     self.flush_lingering(Instant::now()).await?;
@@ -412,6 +413,8 @@ impl Producer {
     /// The queue of the task that reads `node`'s acknowledgements.
     fn ack_queue(&mut self, node: i32) -> &LocalSender<InFlight> {
         if !self.acks.contains_key(&node) {
+            // Bounded in effect: each entry holds one of the connection's
+            // `--in-flight` permits until its response is read.
             let (sender, receiver) = local_channel::new_unbounded::<InFlight>();
             let task = glommio::spawn_local(acknowledge(
                 receiver,

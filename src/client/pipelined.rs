@@ -103,14 +103,19 @@ impl PendingResponse {
     }
 }
 
+/// What the connection's caller, writer task and reader task share. Both
+/// queues are bounded by `permits`: every entry holds one.
 struct Shared {
     address: Rc<str>,
     client_id: String,
+    /// `in_flight` permits: one per request queued or awaiting its response.
     permits: Rc<Semaphore>,
     in_flight: usize,
     correlation_id: Cell<i32>,
+    /// Frames not yet written.
     outbox: RefCell<VecDeque<Outgoing>>,
     outbox_ready: Event,
+    /// Requests written (or queued) whose response has not arrived, in wire order.
     pending: RefCell<VecDeque<Pending>>,
     failure: RefCell<Option<String>>,
 }
