@@ -21,6 +21,7 @@
 //! to the owning core's inbox (`shard`). Wire formats live in `protocol`,
 //! decisions in `server::handlers`.
 
+pub mod bench;
 pub mod client;
 pub mod cluster;
 pub mod config;

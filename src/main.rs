@@ -19,6 +19,8 @@ struct Cli {
 enum Command {
     /// Run a broker (defaults: 127.0.0.1:9092, data in ./data, every core).
     Serve(Box<ServeArgs>),
+    /// Load generator: produce, consume or end-to-end against any Kafka-compatible broker, or a spawned shardlog.
+    Bench(Box<shardlog::bench::args::BenchArgs>),
     /// Create, list, describe, alter and delete topics (like kafka-topics).
     Topic {
         #[command(subcommand)]
@@ -269,6 +271,11 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(*args),
         Command::Topic { command } => topic(command),
         Command::Group { command } => group(command),
+        Command::Bench(args) => match shardlog::bench::run(*args) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::FAILURE,
+            Err(message) => Err(message),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

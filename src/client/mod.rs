@@ -1,6 +1,7 @@
-//! A small blocking Kafka client: the `shardlog topic` commands and the tests
-//! use it. It speaks the same codecs as the broker (`protocol`), one request
-//! at a time per connection.
+//! Kafka clients over the broker's own codecs (`protocol`). This file: a
+//! small blocking client, one request at a time per connection, for the
+//! `shardlog topic` commands and the tests. `pipelined`: the asynchronous,
+//! pipelined client on glommio that the load generator (`bench`) drives.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -20,6 +21,10 @@ pub enum ClientError {
     Correlation { expected: i32, got: i32 },
     #[error("response of {0} bytes is too large")]
     TooLarge(i32),
+    #[error("connection closed: {0}")]
+    Closed(String),
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// One connection to one broker node.
@@ -125,6 +130,7 @@ impl Connection {
 
 pub mod admin;
 pub mod groups;
+pub mod pipelined;
 
 /// Decodes a response with a codec (`T::decode`).
 pub fn decode<T>(

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# What this machine can do at best, to read the broker's numbers against:
+# loopback TCP (iperf3, one stream, 1 MiB writes), sequential O_DIRECT
+# writes (fio, 1 MiB blocks, io_uring) and the fdatasync rate (fio, 4 KiB
+# writes, fdatasync after each). Writes perf/results/limits-<date>.json.
+#
+#   perf/limits.sh [DIR]     DIR: a directory on the disk the broker writes to (default: a temp dir)
+#
+# SHARDLOG_PERF_SECONDS=N shortens each measurement (default 10).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds="${SHARDLOG_PERF_SECONDS:-10}"
+dir="${1:-$(mktemp -d)}"
+mkdir -p perf/results "$dir"
+for tool in iperf3 fio python3; do
+  command -v "$tool" >/dev/null || { echo "$tool is missing: apt-get install $tool" >&2; exit 1; }
+done
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"; rm -f "$dir"/limits-*.0.0' EXIT
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+iperf3 -s -1 -B 127.0.0.1 -p "$port" >/dev/null 2>&1 &
+server=$!
+sleep 0.5
+iperf3 -c 127.0.0.1 -p "$port" -P 1 -l 1M -t "$seconds" -J >"$tmp/iperf.json" || true
+wait "$server" 2>/dev/null || true
+
+fio --name=limits-seq --directory="$dir" --rw=write --bs=1m --size=4g --direct=1 --ioengine=io_uring \
+    --iodepth=4 --time_based --runtime="$seconds" --output-format=json >"$tmp/seq.json"
+fio --name=limits-sync --directory="$dir" --rw=write --bs=4k --size=256m --ioengine=sync --fdatasync=1 \
+    --time_based --runtime="$seconds" --output-format=json >"$tmp/sync.json"
+
+python3 - "$tmp" "$seconds" <<'PY'
+import datetime, json, os, platform, sys
+tmp, seconds = sys.argv[1], float(sys.argv[2])
+def load(name):
+    try:
+        return json.load(open(os.path.join(tmp, name)))
+    except (OSError, ValueError):
+        return None
+iperf, seq, sync = load('iperf.json'), load('seq.json'), load('sync.json')
+def cpu_model():
+    for line in open('/proc/cpuinfo'):
+        if line.startswith('model name'):
+            return line.split(':', 1)[1].strip()
+    return platform.machine()
+loopback = None
+if iperf and 'end' in iperf and 'sum_received' in iperf['end']:
+    loopback = iperf['end']['sum_received']['bits_per_second'] / 8 / 1e6
+seq_write = seq['jobs'][0]['write']['bw_bytes'] / 1e6 if seq else None
+sync_job = sync['jobs'][0] if sync else None
+sync_rate = sync_job['write']['iops'] if sync_job else None
+sync_lat = None
+if sync_job and 'sync' in sync_job and 'lat_ns' in sync_job['sync']:
+    lat = sync_job['sync']['lat_ns']
+    pct = lat.get('percentile', {})
+    sync_lat = {'mean_us': lat.get('mean', 0) / 1000,
+                'p50_us': pct.get('50.000000', 0) / 1000,
+                'p99_us': pct.get('99.000000', 0) / 1000}
+out = {
+    'date': datetime.datetime.now(datetime.timezone.utc).isoformat(),
+    'machine': {'cores': os.cpu_count(), 'kernel': platform.release(), 'cpu_model': cpu_model()},
+    'seconds_each': seconds,
+    'loopback_tcp_one_stream_1MiB_writes_MB_per_s': loopback,
+    'fio_seq_write_O_DIRECT_1MiB_io_uring_MB_per_s': seq_write,
+    'fio_fdatasync_4KiB_writes_per_s': sync_rate,
+    'fio_fdatasync_latency': sync_lat,
+}
+path = f"perf/results/limits-{datetime.date.today()}.json"
+json.dump(out, open(path, 'w'), indent=2)
+print(json.dumps(out, indent=2))
+print(f"wrote {path}", file=sys.stderr)
+PY

@@ -1,0 +1,232 @@
+//! One consumer client on one core. It reads its partitions by offset (no
+//! consumer group: the bench assigns partitions itself), one fetch loop per
+//! leader node, and for each record of this run: counts it, times it end to
+//! end from the send time in its value, and with `--verify` checks its
+//! sequence number.
+
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::core::{ConsumeUntil, ConsumerSpec, Outcome, PartitionRead, RunShared, Stats};
+use super::payload::ValueHeader;
+use super::verify::{SequenceCheck, StreamId};
+use crate::client::pipelined::{ConnectionOptions, Nodes};
+use crate::protocol::fetch::{FetchPartition, FetchRequest, FetchResponse, FetchTopic};
+use crate::protocol::record_batch::{decode_records, BatchHeader};
+use crate::protocol::ApiKey;
+
+/// Long-poll time of a fetch; also how late a consumer may notice the end.
+const FETCH_WAIT_MS: i32 = 200;
+const FETCH_BYTES_MAX: i32 = 64 * 1024 * 1024;
+const PARTITION_FETCH_BYTES_MAX: i32 = 4 * 1024 * 1024;
+/// End-to-end times further off than this are not ours to trust (records
+/// of some other producer, or clocks far apart).
+const E2E_PLAUSIBLE_US: u64 = 3_600 * 1_000_000;
+
+pub async fn run(spec: ConsumerSpec, shared: Arc<RunShared>, stats: Stats, outcome: Outcome) -> Result<(), String> {
+    let options = ConnectionOptions { in_flight: 1, ..ConnectionOptions::default() };
+    let nodes = Rc::new(Nodes::new(shared.topology.nodes.clone(), options));
+    let mut by_node: BTreeMap<i32, Vec<PartitionRead>> = BTreeMap::new();
+    for read in spec.partitions {
+        let leader =
+            shared.topology.leader(read.index).ok_or_else(|| format!("partition {} has no leader", read.index))?;
+        by_node.entry(leader).or_default().push(read);
+    }
+    let loops: Vec<_> = by_node
+        .into_iter()
+        .map(|(node, reads)| {
+            glommio::spawn_local(fetch_loop(node, reads, nodes.clone(), shared.clone(), stats.clone(), outcome.clone()))
+        })
+        .collect();
+    let mut result = Ok(());
+    for task in loops {
+        match task.await {
+            Ok(seen) => outcome.borrow_mut().seen.push(seen),
+            Err(error) => result = Err(error),
+        }
+    }
+    result
+}
+
+/// Reads `reads` from their leader `node` until the run says stop.
+async fn fetch_loop(
+    node: i32,
+    mut reads: Vec<PartitionRead>,
+    nodes: Rc<Nodes>,
+    shared: Arc<RunShared>,
+    stats: Stats,
+    outcome: Outcome,
+) -> Result<HashMap<StreamId, SequenceCheck>, String> {
+    let connection = nodes.node(node).await.map_err(|e| e.to_string())?;
+    let version = shared.versions.fetch;
+    let mut seen: HashMap<StreamId, SequenceCheck> = HashMap::new();
+    loop {
+        reads.retain(|r| r.until.is_none_or(|until| r.offset < until));
+        if reads.is_empty() || should_stop(&shared) {
+            return Ok(seen);
+        }
+        let request = FetchRequest {
+            replica_id: -1,
+            max_wait_ms: FETCH_WAIT_MS,
+            min_bytes: 1,
+            max_bytes: FETCH_BYTES_MAX,
+            isolation_level: 0,
+            session_id: 0,
+            session_epoch: -1,
+            topics: vec![FetchTopic {
+                name: shared.workload.topic.clone(),
+                partitions: reads
+                    .iter()
+                    .map(|r| FetchPartition {
+                        index: r.index,
+                        current_leader_epoch: -1,
+                        fetch_offset: r.offset,
+                        log_start_offset: -1,
+                        partition_max_bytes: PARTITION_FETCH_BYTES_MAX,
+                    })
+                    .collect(),
+            }],
+            rack_id: String::new(),
+        };
+        let sent = Instant::now();
+        let response = connection
+            .call(ApiKey::Fetch, version, |w| request.encode(w, version), FetchResponse::decode)
+            .await
+            .map_err(|e| e.to_string())?;
+        let received = Instant::now();
+        {
+            let mut stats = stats.borrow_mut();
+            stats.fetches += 1;
+            if sent >= shared.clock.measure_from {
+                stats.latencies.fetch.record(received.duration_since(sent).as_micros() as u64);
+            }
+        }
+        let receipt_us = shared.clock.wall_us(received);
+        for partition in response.topics.iter().flat_map(|t| &t.partitions) {
+            if !partition.error.is_ok() {
+                return Err(format!("fetch {}/{}: {:?}", shared.workload.topic, partition.index, partition.error));
+            }
+            let Some(read) = reads.iter_mut().find(|r| r.index == partition.index) else {
+                continue;
+            };
+            let mut got_any = false;
+            for batch in &partition.records {
+                let header = BatchHeader::parse(batch, usize::MAX).map_err(|e| format!("fetched batch: {e}"))?;
+                if header.last_offset() < read.offset {
+                    continue;
+                }
+                if header.compression() != 0 {
+                    return Err("fetched a compressed batch; the bench reads uncompressed batches only".into());
+                }
+                if header.is_control() {
+                    read.offset = header.last_offset() + 1;
+                    continue;
+                }
+                let records = decode_records(batch).map_err(|e| format!("fetched batch: {e}"))?;
+                let mut tally = Tally::default();
+                for record in records {
+                    let offset = header.base_offset + i64::from(record.offset_delta);
+                    if offset < read.offset {
+                        continue;
+                    }
+                    let value = record.value.as_deref().unwrap_or_default();
+                    let bytes = (value.len() + record.key.as_ref().map_or(0, |k| k.len())) as u64;
+                    tally.observe(&shared, &mut seen, read.index, value, bytes, receipt_us);
+                }
+                tally.apply(&shared, &mut stats.borrow_mut());
+                read.offset = header.last_offset() + 1;
+                got_any = true;
+            }
+            if got_any {
+                let mut outcome = outcome.borrow_mut();
+                outcome.last_receipt = outcome.last_receipt.max(Some(received));
+                if outcome.first_receipt.is_none() {
+                    outcome.first_receipt = Some(received);
+                }
+            }
+        }
+        glommio::yield_if_needed().await;
+    }
+}
+
+/// The counts of one batch, applied to the core's stats in one go.
+#[derive(Default)]
+struct Tally {
+    all: (u64, u64),
+    measured: (u64, u64),
+    ours: u64,
+    e2e_us: Vec<u64>,
+}
+
+impl Tally {
+    fn observe(
+        &mut self,
+        shared: &RunShared,
+        seen: &mut HashMap<StreamId, SequenceCheck>,
+        partition: i32,
+        value: &[u8],
+        bytes: u64,
+        receipt_us: u64,
+    ) {
+        self.all.0 += 1;
+        self.all.1 += bytes;
+        let header = ValueHeader::read(value);
+        let ours = header.is_some_and(|h| h.run_id == shared.run_id);
+        if shared.only_this_run && !ours {
+            return;
+        }
+        let measured = match header {
+            Some(h) if shared.time_e2e => h.sent_us >= shared.clock.measure_from_wall_us(),
+            _ => true,
+        };
+        if measured {
+            self.measured.0 += 1;
+            self.measured.1 += bytes;
+        }
+        let Some(header) = header else { return };
+        if ours {
+            self.ours += 1;
+            if shared.workload.verify {
+                seen.entry(StreamId { producer: header.producer, partition }).or_default().observe(header.sequence);
+            }
+        }
+        if shared.time_e2e && measured && receipt_us.abs_diff(header.sent_us) < E2E_PLAUSIBLE_US {
+            self.e2e_us.push(receipt_us.saturating_sub(header.sent_us));
+        }
+    }
+
+    fn apply(self, shared: &RunShared, stats: &mut super::core::Tick) {
+        stats.consumed.add(self.all.0, self.all.1);
+        stats.consumed_measured.add(self.measured.0, self.measured.1);
+        for micros in self.e2e_us {
+            stats.latencies.e2e.record(micros);
+        }
+        shared.control.consumed.fetch_add(self.ours, Ordering::Relaxed);
+    }
+}
+
+/// Whether consumers are done, by the run's rule.
+fn should_stop(shared: &RunShared) -> bool {
+    let control = &shared.control;
+    if control.aborted() {
+        return true;
+    }
+    match shared.consume_until {
+        ConsumeUntil::EndOffsets => false,
+        ConsumeUntil::Deadline(at) => Instant::now() >= at,
+        ConsumeUntil::ProducersDone { drain } => match control.producers_done_at(&shared.clock) {
+            None => false,
+            Some(done_at) => {
+                control.consumed.load(Ordering::Relaxed) >= control.acked.load(Ordering::Relaxed)
+                    || Instant::now() >= done_at + drain
+            }
+        },
+    }
+}
+
+/// How long consumers keep reading after the producers finished, waiting
+/// for records that were acknowledged but have not arrived.
+pub const DRAIN: Duration = Duration::from_secs(10);

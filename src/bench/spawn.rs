@@ -1,0 +1,207 @@
+//! `--spawn`: a shardlog broker started as a child process of this same
+//! binary (`shardlog serve`) on a temporary data directory and free ports,
+//! watched through /proc (CPU seconds, resident memory) and torn down at the
+//! end. It runs in its own process group, so Ctrl-C reaches only the bench,
+//! which then stops the broker itself.
+
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::client::Connection;
+use crate::config::ListenerMode;
+use crate::protocol::ApiKey;
+
+/// How long the broker may take to answer on every port.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What the child broker is started with.
+#[derive(Debug, Clone)]
+pub struct SpawnOptions {
+    pub cores: usize,
+    pub flush: Option<String>,
+    pub listener: Option<ListenerMode>,
+}
+
+pub struct SpawnedBroker {
+    child: Option<Child>,
+    dir: PathBuf,
+    pub port: u16,
+    pub cores: usize,
+}
+
+/// CPU time a process has used so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CpuTimes {
+    pub user_s: f64,
+    pub system_s: f64,
+}
+
+impl CpuTimes {
+    pub fn total_s(&self) -> f64 {
+        self.user_s + self.system_s
+    }
+
+    pub fn since(&self, earlier: &CpuTimes) -> CpuTimes {
+        CpuTimes { user_s: self.user_s - earlier.user_s, system_s: self.system_s - earlier.system_s }
+    }
+}
+
+impl SpawnedBroker {
+    pub fn start(options: &SpawnOptions) -> Result<Self, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary to spawn a broker: {e}"))?;
+        let shared = options.listener == Some(ListenerMode::Shared);
+        let ports = if shared { 1 } else { options.cores };
+        let port = free_ports(ports)?;
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let dir = std::env::temp_dir().join(format!("shardlog-bench-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let mut command = Command::new(exe);
+        command
+            .arg("serve")
+            .arg("--data")
+            .arg(dir.join("data"))
+            .args(["--host", "127.0.0.1", "--port", &port.to_string(), "--cores", &options.cores.to_string()])
+            .args(["--log-level", "warn"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .process_group(0);
+        if let Some(flush) = &options.flush {
+            command.args(["--flush", flush]);
+        }
+        if let Some(listener) = options.listener {
+            command.args(["--listener", if listener == ListenerMode::Shared { "shared" } else { "per-core" }]);
+        }
+        let child = command.spawn().map_err(|e| format!("cannot start the broker: {e}"))?;
+        let mut broker = SpawnedBroker { child: Some(child), dir, port, cores: options.cores };
+        broker.wait_ready(ports)?;
+        Ok(broker)
+    }
+
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// User and system CPU seconds of the broker so far.
+    pub fn cpu(&self) -> Option<CpuTimes> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()?)).ok()?;
+        parse_cpu_times(&stat, clock_ticks_per_second())
+    }
+
+    /// Resident memory of the broker now.
+    pub fn rss_bytes(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    }
+
+    /// Answers a real request on every port (a connect alone is not enough
+    /// while the executors are still opening partitions).
+    fn wait_ready(&mut self, ports: usize) -> Result<(), String> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        for offset in 0..ports as u16 {
+            loop {
+                if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                    return Err(format!("the spawned broker exited during start: {status}"));
+                }
+                let answered = Connection::connect(("127.0.0.1", self.port + offset), Duration::from_secs(2))
+                    .and_then(|mut c| c.request(ApiKey::ApiVersions, 0, |_| {}).map(|_| ()));
+                if answered.is_ok() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(format!(
+                        "the spawned broker did not answer on port {} within {START_TIMEOUT:?}",
+                        self.port + offset
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Ok(())
+    }
+
+    /// SIGTERM, wait for a clean exit (SIGKILL after a timeout), remove the data.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: a plain signal to our own child.
+            unsafe {
+                libc::kill(child.id() as i32, libc::SIGTERM);
+            }
+            let deadline = Instant::now() + STOP_TIMEOUT;
+            while child.try_wait().ok().flatten().is_none() {
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Drop for SpawnedBroker {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// `count` consecutive free ports on 127.0.0.1.
+fn free_ports(count: usize) -> Result<u16, String> {
+    for _ in 0..200 {
+        let probe = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot bind a port: {e}"))?;
+        let base = probe.local_addr().map_err(|e| e.to_string())?.port();
+        drop(probe);
+        if base as usize + count >= 65535 {
+            continue;
+        }
+        if (0..count as u16).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
+            return Ok(base);
+        }
+    }
+    Err(format!("found no {count} consecutive free ports"))
+}
+
+fn clock_ticks_per_second() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 {
+        ticks as f64
+    } else {
+        100.0
+    }
+}
+
+/// utime and stime (fields 14 and 15) of /proc/PID/stat. The command name
+/// (field 2) may hold spaces and parentheses, so fields count from the last ')'.
+fn parse_cpu_times(stat: &str, ticks_per_second: f64) -> Option<CpuTimes> {
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let user: f64 = fields.get(11)?.parse().ok()?;
+    let system: f64 = fields.get(12)?.parse().ok()?;
+    Some(CpuTimes { user_s: user / ticks_per_second, system_s: system / ticks_per_second })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_times_come_from_fields_14_and_15() {
+        let stat = "4242 (shard log (x)) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 3 0 1000 0 0";
+        let times = parse_cpu_times(stat, 100.0).expect("parses");
+        assert_eq!(times, CpuTimes { user_s: 2.5, system_s: 0.75 });
+        assert_eq!(times.total_s(), 3.25);
+    }
+}
