@@ -25,6 +25,7 @@ from groups_common import (CLIENTS, GROUP_BROKER_ARGS, SESSION_TIMEOUT_MS,
 
 KCAT = shutil.which("kcat")
 SESSION_S = SESSION_TIMEOUT_MS / 1000
+LEAVE_BOUND_S = SESSION_S - 2
 
 
 @pytest.fixture
@@ -106,7 +107,9 @@ def test_rebalance_kill_and_leave(broker_factory, members, client, listener):
         t_done = wait_balanced([last], all_tps, timeout=SESSION_S + 20, what="after graceful close")
         leave_s = t_done - t_leave
         print(f"[{client}] rebalance after graceful close: {leave_s:.2f}s")
-        assert leave_s < SESSION_S / 2, \
+        # Expiry takes >= the session timeout (6 s); a LeaveGroup rebalance is
+        # about one heartbeat interval (median ~0.5 s, kafkajs seen up to 2.6 s).
+        assert leave_s < LEAVE_BOUND_S, \
             f"graceful close took {leave_s:.1f}s to move partitions: LeaveGroup not acted on?"
         leaver.wait_closed()
 
