@@ -64,8 +64,7 @@ fn record_count(batch: &Bytes) -> u64 {
 #[test]
 fn metrics_match_the_bytes_records_and_requests_clients_sent_and_received() {
     let metrics_port = free_ports(1);
-    let broker =
-        Broker::start(2, &["--metrics-port", &metrics_port.to_string(), "--metrics-per-partition", "true"]);
+    let broker = Broker::start(2, &["--metrics-port", &metrics_port.to_string(), "--metrics-per-partition", "true"]);
     create_topic(&broker, "ops", 2, &[]);
     let (mut sent_bytes, mut sent_records, mut produce_requests) = (0u64, 0u64, 0u64);
     let mut per_partition = [0u64; 2];
