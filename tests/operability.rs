@@ -375,3 +375,44 @@ fn shipped_systemd_unit_passes_systemd_analyze_verify() {
         stderr.lines().filter(|l| l.contains("shardlog") && !l.starts_with("Failed to resolve symlink")).collect();
     assert!(output.status.success() && complaints.is_empty(), "systemd-analyze verify: {stderr}");
 }
+
+/// Metric names (as `# TYPE` declares them) a broker with per-partition
+/// series exports.
+fn exported_metric_names() -> std::collections::BTreeSet<String> {
+    let metrics_port = free_ports(1);
+    let _broker = Broker::start(1, &["--metrics-port", &metrics_port.to_string(), "--metrics-per-partition", "true"]);
+    let (_, body) = get(metrics_port, "/metrics").expect("scrape");
+    body.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .map(String::from)
+        .collect()
+}
+
+/// Every `shardlog_*` name in `text`, without a histogram's series suffix.
+fn mentioned_metric_names(text: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for (at, _) in text.match_indices("shardlog_") {
+        let name: String =
+            text[at..].chars().take_while(|c| c.is_ascii_lowercase() || *c == '_' || c.is_ascii_digit()).collect();
+        let name = ["_bucket", "_count", "_sum"]
+            .iter()
+            .fold(name, |n, suffix| n.strip_suffix(suffix).map_or(n.clone(), String::from));
+        names.insert(name);
+    }
+    names
+}
+
+#[test]
+fn grafana_dashboard_and_deployment_guide_name_only_exported_metrics() {
+    let exported = exported_metric_names();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dashboard = std::fs::read_to_string(root.join("docs/grafana-dashboard.json")).unwrap();
+    let parsed: serde_json::Value = serde_json::from_str(&dashboard).expect("dashboard is JSON");
+    assert!(parsed["panels"].as_array().is_some_and(|p| p.len() > 10));
+    let guide = std::fs::read_to_string(root.join("docs/deployment.md")).unwrap();
+    for (file, text) in [("grafana-dashboard.json", &dashboard), ("deployment.md", &guide)] {
+        let unknown: Vec<String> = mentioned_metric_names(text).difference(&exported).cloned().collect();
+        assert!(unknown.is_empty(), "{file} names metrics the broker does not export: {unknown:?}");
+    }
+}
