@@ -108,6 +108,10 @@ pub struct CoreCounters {
     pub apis: Vec<ApiCounters>,
     /// Answers with an error, by (API key, error code).
     pub errors: BTreeMap<(i16, i16), u64>,
+    /// Every topic together; unlike `topics` never pruned, so it never goes
+    /// down when a topic is deleted.
+    pub total: TopicCounters,
+    /// Topics that exist (deleted ones are dropped at the next snapshot).
     pub topics: BTreeMap<String, TopicCounters>,
     pub connections_open: u64,
     pub connections_accepted: u64,
@@ -124,6 +128,7 @@ impl Default for CoreCounters {
         Self {
             apis: vec![ApiCounters::default(); API_SLOTS],
             errors: BTreeMap::new(),
+            total: TopicCounters::default(),
             topics: BTreeMap::new(),
             connections_open: 0,
             connections_accepted: 0,
@@ -213,10 +218,12 @@ pub fn record_connection_refused(reason: &'static str) {
 
 /// One batch appended to `topic`.
 pub fn record_produced(topic: &str, batch_bytes: usize, records: i32) {
+    let records = u64::try_from(records).unwrap_or(0);
     with(|c| {
-        let counters = topic_counters(c, topic);
-        counters.produced_bytes += batch_bytes as u64;
-        counters.produced_records += u64::try_from(records).unwrap_or(0);
+        for counters in [&mut c.total, topic_counters(&mut c.topics, topic)] {
+            counters.produced_bytes += batch_bytes as u64;
+            counters.produced_records += records;
+        }
     });
 }
 
@@ -232,17 +239,18 @@ pub fn record_fetched(topic: &str, batches: &[Bytes]) {
         .map(|batch| u64::try_from(record_batch::read_i32(batch, record_batch::RECORD_COUNT_AT)).unwrap_or(0))
         .sum();
     with(|c| {
-        let counters = topic_counters(c, topic);
-        counters.fetched_bytes += bytes as u64;
-        counters.fetched_records += records;
+        for counters in [&mut c.total, topic_counters(&mut c.topics, topic)] {
+            counters.fetched_bytes += bytes as u64;
+            counters.fetched_records += records;
+        }
     });
 }
 
-fn topic_counters<'c>(c: &'c mut CoreCounters, topic: &str) -> &'c mut TopicCounters {
-    if !c.topics.contains_key(topic) {
-        c.topics.insert(topic.to_owned(), TopicCounters::default());
+fn topic_counters<'c>(topics: &'c mut BTreeMap<String, TopicCounters>, topic: &str) -> &'c mut TopicCounters {
+    if !topics.contains_key(topic) {
+        topics.insert(topic.to_owned(), TopicCounters::default());
     }
-    c.topics.get_mut(topic).expect("inserted above")
+    topics.get_mut(topic).expect("inserted above")
 }
 
 pub fn record_fsync(elapsed: Duration) {
@@ -392,6 +400,8 @@ pub fn snapshot(shard: &Shard) -> CoreSnapshot {
             }
         })
         .collect();
+    // Deleted topics stop being reported (a recreated one starts from 0).
+    with(|c| c.topics.retain(|name, _| image.durable.topics.contains_key(name)));
     let budget = shard.config.in_flight_bytes_max as u64;
     CoreSnapshot {
         core: shard.id.0,
@@ -569,11 +579,9 @@ impl Exposition {
     }
 
     fn encode_cores(&self, out: &mut DescriptorEncoder) -> std::fmt::Result {
-        let totals: Vec<TopicCounters> =
-            self.snapshots.iter().map(|s| sum_topics(s.counters.topics.values())).collect();
         let core_labels = |s: &CoreSnapshot| vec![("core", s.core.to_string())];
         let per_core_total = |pick: fn(&TopicCounters) -> u64| -> Vec<(Labels, u64)> {
-            self.snapshots.iter().zip(&totals).map(|(s, t)| (core_labels(s), pick(t))).collect()
+            self.snapshots.iter().map(|s| (core_labels(s), pick(&s.counters.total))).collect()
         };
         counter(
             out,
@@ -1009,9 +1017,9 @@ mod tests {
         let mut cores = vec![snapshot(0), snapshot(1)];
         for (core, bytes) in cores.iter_mut().zip([100u64, 50]) {
             core.counters.apis[ApiKey::Produce as usize].requests = 2;
-            core.counters
-                .topics
-                .insert("t".into(), TopicCounters { produced_bytes: bytes, produced_records: 3, ..Default::default() });
+            let counters = TopicCounters { produced_bytes: bytes, produced_records: 3, ..Default::default() };
+            core.counters.topics.insert("t".into(), counters.clone());
+            core.counters.total = counters;
             core.counters.apis[ApiKey::Produce as usize].latency.record(Duration::from_millis(1));
         }
         let text = encode(cores, context(false));

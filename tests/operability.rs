@@ -159,6 +159,23 @@ fn per_partition_series_are_off_by_default() {
     assert!(!m.has("shardlog_group_partition_lag_records"));
 }
 
+#[test]
+fn deleting_a_topic_drops_its_series_but_not_the_core_totals() {
+    let metrics_port = free_ports(1);
+    let broker = Broker::start(1, &["--metrics-port", &metrics_port.to_string()]);
+    create_topic(&broker, "gone", 1, &[]);
+    let data = batch("g", 4);
+    let mut conn = broker.connect();
+    assert_eq!(produce(&mut conn, "gone", 0, data.clone(), 1).topics[0].partitions[0].error, ErrorCode::None);
+    let before = Scrape::take(metrics_port);
+    assert_eq!(before.sum("shardlog_topic_produced_bytes_total", &[("topic", "gone")]), data.len() as f64);
+    let mut admin = shardlog::client::admin::Admin::connect(&broker.bootstrap()).unwrap();
+    assert!(admin.delete_topic("gone").unwrap().error.is_ok());
+    let after = Scrape::take(metrics_port);
+    assert!(!after.0.keys().any(|series| series.contains("topic=\"gone\"")), "{:?}", after.0);
+    assert_eq!(after.sum("shardlog_produced_bytes_total", &[]), data.len() as f64, "counters never go down");
+}
+
 /// Polls `/v1/ready` as fast as it answers; the distinct statuses in the
 /// order seen (0: connection refused), until 200 or the deadline.
 fn watch_ready(port: u16, until_ok: bool, limit: Duration) -> Vec<u16> {
