@@ -168,7 +168,8 @@ async fn run_core(start: CoreStart) {
     let CoreStart { core, config, image, senders, inbox, ready, limits, health } = start;
     let shard = Shard::new(ShardId(core as u32), config.clone(), image.clone(), senders);
     // Core 0 serves /metrics and /v1/ready from before recovery until it stops.
-    let _http = match if core == 0 { http::start(&shard, &config, health).await } else { Ok(None) } {
+    let http = if core == 0 { http::start(&shard, &config, health).await } else { Ok(None) };
+    let _http = match http {
         Ok(task) => task,
         Err(message) => {
             let _ = ready.send(Err(message));
