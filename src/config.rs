@@ -21,6 +21,16 @@ pub enum ListenerMode {
     Shared,
 }
 
+/// How log lines are written to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogFormat {
+    /// Human-readable lines with key=value fields.
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
 /// Topic defaults (Kafka's `log.*` broker settings).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -103,6 +113,12 @@ pub struct ServeConfig {
     /// Pin each executor to its core.
     pub pin: bool,
     pub log_level: String,
+    pub log_format: LogFormat,
+    /// Port of the HTTP metrics and health endpoint on `host`; 0 disables it.
+    pub metrics_port: u16,
+    /// Export per-partition series (offsets, sizes, group lag); off by
+    /// default to bound label cardinality.
+    pub metrics_per_partition: bool,
     pub topic: TopicDefaults,
     pub group: GroupSettings,
 }
@@ -127,6 +143,9 @@ impl Default for ServeConfig {
             io_memory_bytes: constants::IO_MEMORY_BYTES_DEFAULT,
             pin: true,
             log_level: "info".into(),
+            log_format: LogFormat::Text,
+            metrics_port: constants::METRICS_PORT_DEFAULT,
+            metrics_per_partition: false,
             topic: TopicDefaults::default(),
             group: GroupSettings::default(),
         }
@@ -197,6 +216,10 @@ impl ServeConfig {
                 self.group.session_timeout_ms_min.to_string(),
                 "must be positive and at most group-max-session-timeout-ms",
             );
+        }
+        let kafka_ports = usize::from(self.port)..usize::from(self.port) + self.core_count();
+        if self.metrics_port != 0 && kafka_ports.contains(&usize::from(self.metrics_port)) {
+            return invalid("metrics-port", self.metrics_port.to_string(), "collides with a Kafka port");
         }
         if self.node_id_base < 0 {
             return invalid("node-id-base", self.node_id_base.to_string(), "must be >= 0");

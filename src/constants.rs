@@ -27,6 +27,17 @@ pub const PRODUCER_ID_BLOCK: i64 = 1000;
 pub const IO_MEMORY_BYTES_DEFAULT: usize = 512 * 1024;
 /// Cores a node may run.
 pub const CORES_MAX: usize = 256;
+/// Default port of the metrics and health endpoint (`--metrics-port`).
+pub const METRICS_PORT_DEFAULT: u16 = 9644;
+/// Largest HTTP request head the metrics endpoint reads.
+pub const HTTP_REQUEST_BYTES_MAX: usize = 8 * 1024;
+/// HTTP connections the metrics endpoint serves at once; more are closed.
+pub const HTTP_CONNECTIONS_MAX: usize = 32;
+/// A metrics client must send its whole request within this long.
+pub const HTTP_READ_TIMEOUT_MS: u64 = 5_000;
+/// How long a scrape waits for each core's snapshot (a core still recovering
+/// or already stopped is left out).
+pub const METRICS_CORE_WAIT_MS: u64 = 2_000;
 
 const _: () = assert!(CONNECTION_IN_FLIGHT_MAX >= 5, "idempotent producers pipeline 5 requests");
 const _: () = assert!(PRODUCER_BATCHES_REMEMBERED == 5);
@@ -34,3 +45,4 @@ const _: () = assert!(IO_MEMORY_BYTES_DEFAULT * 8 <= 8 * 1024 * 1024, "8 cores f
 const _: () = assert!(REQUEST_BYTES_MAX_DEFAULT <= i32::MAX as usize);
 const _: () = assert!(IN_FLIGHT_BYTES_MAX_DEFAULT >= REQUEST_BYTES_MAX_DEFAULT);
 const _: () = assert!(CONNECTIONS_PER_IP_MAX_DEFAULT <= CONNECTIONS_MAX_DEFAULT);
+const _: () = assert!(METRICS_CORE_WAIT_MS < HTTP_READ_TIMEOUT_MS, "a scrape answers before clients give up");

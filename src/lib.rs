@@ -28,6 +28,7 @@ pub mod config;
 pub mod constants;
 pub mod group;
 pub mod log;
+pub mod metrics;
 pub mod protocol;
 pub mod server;
 pub mod shard;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use shardlog::client::admin::Admin;
-use shardlog::config::{ListenerMode, ServeConfig};
+use shardlog::config::{ListenerMode, LogFormat, ServeConfig};
 
 #[derive(Parser)]
 #[command(name = "shardlog", version, about = "Kafka-compatible commit log, thread-per-core on io_uring")]
@@ -30,6 +30,24 @@ enum Command {
     Group {
         #[command(subcommand)]
         command: GroupCommand,
+    },
+    /// Show the broker's nodes (cores), their partitions and disk use.
+    Cluster {
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ClusterCommand {
+    /// Nodes (id, host:port), cores, partitions per core and disk use: Metadata, plus the broker's /v1/status
+    /// endpoint on --metrics-port of the --brokers host.
+    Status {
+        #[command(flatten)]
+        broker: BrokerArg,
+        /// The broker's --metrics-port.
+        #[arg(long, env = "SHARDLOG_METRICS_PORT", default_value_t = shardlog::constants::METRICS_PORT_DEFAULT)]
+        metrics_port: u16,
     },
 }
 
@@ -129,6 +147,15 @@ struct ServeArgs {
     /// Log filter (tracing env-filter syntax) [default: info].
     #[arg(long, env = "SHARDLOG_LOG_LEVEL")]
     log_level: Option<String>,
+    /// Log line format on stderr: text, or json (one object per line) [default: text].
+    #[arg(long, env = "SHARDLOG_LOG_FORMAT", value_enum)]
+    log_format: Option<LogFormat>,
+    /// Port of the HTTP endpoint for /metrics, /v1/health, /v1/ready and /v1/status; 0 disables it [default: 9644].
+    #[arg(long, env = "SHARDLOG_METRICS_PORT")]
+    metrics_port: Option<u16>,
+    /// Export per-partition metrics (offsets, sizes, group lag per partition) [default: false].
+    #[arg(long, env = "SHARDLOG_METRICS_PER_PARTITION")]
+    metrics_per_partition: Option<bool>,
     /// Partitions of auto-created topics and of CreateTopics with -1 [default: 1].
     #[arg(long, env = "SHARDLOG_DEFAULT_PARTITIONS")]
     default_partitions: Option<i32>,
@@ -189,6 +216,9 @@ impl ServeArgs {
             io_memory_bytes => config.io_memory_bytes,
             pin => config.pin,
             log_level => config.log_level,
+            log_format => config.log_format,
+            metrics_port => config.metrics_port,
+            metrics_per_partition => config.metrics_per_partition,
             default_partitions => config.topic.partitions,
             retention_ms => config.topic.retention_ms,
             retention_bytes => config.topic.retention_bytes,
@@ -271,6 +301,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(*args),
         Command::Topic { command } => topic(command),
         Command::Group { command } => group(command),
+        Command::Cluster { command } => cluster(command),
         Command::Bench(args) => match shardlog::bench::run(*args) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::FAILURE,
@@ -289,7 +320,12 @@ fn main() -> ExitCode {
 fn serve(args: ServeArgs) -> Result<(), String> {
     let config = args.into_config()?;
     let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level).map_err(|e| format!("log-level: {e}"))?;
-    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_writer(std::io::stderr).init();
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_writer(std::io::stderr);
+    match config.log_format {
+        LogFormat::Text => logs.with_ansi(ansi).init(),
+        LogFormat::Json => logs.json().init(),
+    }
     shardlog::server::serve(config).map_err(|e| e.to_string())
 }
 
@@ -407,6 +443,17 @@ fn group(command: GroupCommand) -> Result<(), String> {
             for (partition, offset) in moved {
                 println!("{topic}\t{partition}\t{offset}");
             }
+        }
+    }
+    Ok(())
+}
+
+fn cluster(command: ClusterCommand) -> Result<(), String> {
+    match command {
+        ClusterCommand::Status { broker, metrics_port } => {
+            let status = shardlog::client::status::cluster_status(&broker.brokers, metrics_port)
+                .map_err(|e| format!("{}: {e}", broker.brokers))?;
+            print!("{status}");
         }
     }
     Ok(())

@@ -65,7 +65,7 @@ impl SpawnedBroker {
             .arg("--data")
             .arg(dir.join("data"))
             .args(["--host", "127.0.0.1", "--port", &port.to_string(), "--cores", &options.cores.to_string()])
-            .args(["--log-level", "warn"])
+            .args(["--log-level", "warn", "--metrics-port", "0"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())

@@ -723,7 +723,9 @@ impl Log {
             (active.file.clone(), active.log_path.clone(), state.written_end_offset)
         };
         if self.inner.unsynced.get() {
+            let started = std::time::Instant::now();
             file.fdatasync().await.map_err(|e| LogError::io(&path, e.into()))?;
+            crate::metrics::record_fsync(started.elapsed());
             self.inner.unsynced.set(false);
         }
         {
@@ -790,7 +792,7 @@ impl Log {
             old.tail = Vec::new();
         }
         state.segments.insert(next_base, segment);
-        tracing::debug!(dir = %self.inner.dir.display(), base_offset = next_base, "rolled segment");
+        tracing::info!(dir = %self.inner.dir.display(), base_offset = next_base, "rolled segment");
         Ok(())
     }
 

@@ -26,6 +26,7 @@ const FRAME_BYTES_MIN: usize = 8;
 
 pub async fn serve(shard: Rc<Shard>, stream: TcpStream, _slot: super::limits::ConnectionSlot) {
     let _ = stream.set_nodelay(true);
+    let _open = crate::metrics::ConnectionGauge::open();
     let peer: Rc<str> = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default().into();
     let (mut reader, mut writer) = futures_lite::io::split(stream);
     type InFlight = (glommio::Task<handlers::Outcome>, glommio::sync::StaticPermit);

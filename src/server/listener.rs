@@ -49,6 +49,7 @@ pub async fn run(shard: Rc<Shard>, listener: TcpListener, limits: std::sync::Arc
                     }
                     Err(reason) => {
                         tracing::warn!(%ip, reason, "connection refused");
+                        crate::metrics::record_connection_refused(reason);
                         let _ = stream.shutdown(std::net::Shutdown::Both).await;
                     }
                 }

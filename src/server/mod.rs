@@ -3,6 +3,7 @@
 
 pub mod connection;
 pub mod handlers;
+pub mod http;
 pub mod limits;
 pub mod listener;
 
@@ -62,17 +63,18 @@ pub fn serve(config: ServeConfig) -> Result<(), ServeError> {
         (0..cores).map(|_| flume::bounded::<ShardMessage>(constants::INBOX_DEPTH)).unzip();
     let (ready_tx, ready_rx) = flume::unbounded::<Result<usize, String>>();
     let limits = limits::ConnectionLimits::new(config.connections_max, config.connections_per_ip_max);
+    let health = http::Health::new();
     let mut handles = Vec::with_capacity(cores);
     let online = std::thread::available_parallelism().map_or(1, |n| n.get());
     for (core, inbox) in receivers.into_iter().enumerate() {
         let placement = if config.pin && cores <= online { Placement::Fixed(core) } else { Placement::Unbound };
-        let (config, image, senders, ready, limits) =
-            (config.clone(), image.clone(), senders.clone(), ready_tx.clone(), limits.clone());
+        let (config, image, senders, ready, limits, health) =
+            (config.clone(), image.clone(), senders.clone(), ready_tx.clone(), limits.clone(), health.clone());
         let handle = LocalExecutorBuilder::new(placement)
             .name(&format!("shardlog-core-{core}"))
             .io_memory(config.io_memory_bytes)
             .spin_before_park(Duration::from_micros(0))
-            .spawn(move || run_core(CoreStart { core, config, image, senders, inbox, ready, limits }))
+            .spawn(move || run_core(CoreStart { core, config, image, senders, inbox, ready, limits, health }))
             .map_err(|e| ServeError::Core { core, message: e.to_string() })?;
         handles.push(handle);
     }
@@ -84,8 +86,10 @@ pub fn serve(config: ServeConfig) -> Result<(), ServeError> {
             Err(_) => return Err(ServeError::Core { core: 0, message: "a core exited during start".into() }),
         }
     }
+    health.set_started();
     tracing::info!(cores, port = config.port, listener = ?config.listener, data = %config.data.display(), "shardlog serving");
     wait_for_signal();
+    health.set_stopping();
     tracing::info!("shutting down");
     let mut waits = Vec::new();
     for sender in &senders {
@@ -157,11 +161,21 @@ struct CoreStart {
     inbox: flume::Receiver<ShardMessage>,
     ready: flume::Sender<Result<usize, String>>,
     limits: Arc<limits::ConnectionLimits>,
+    health: Arc<http::Health>,
 }
 
 async fn run_core(start: CoreStart) {
-    let CoreStart { core, config, image, senders, inbox, ready, limits } = start;
+    let CoreStart { core, config, image, senders, inbox, ready, limits, health } = start;
     let shard = Shard::new(ShardId(core as u32), config.clone(), image.clone(), senders);
+    // Core 0 serves /metrics and /v1/ready from before recovery until it stops.
+    let http = if core == 0 { http::start(&shard, &config, health).await } else { Ok(None) };
+    let _http = match http {
+        Ok(task) => task,
+        Err(message) => {
+            let _ = ready.send(Err(message));
+            return;
+        }
+    };
     if let Err(err) = shard.apply_image(image).await {
         let _ = ready.send(Err(format!("core {core}: opening partitions failed: {err}")));
         return;
@@ -179,6 +193,7 @@ async fn run_core(start: CoreStart) {
         }
     };
     glommio::spawn_local(shard.clone().run_maintenance()).detach();
+    glommio::spawn_local(crate::metrics::run_task_delay_probe(shard.clone())).detach();
     let inbox_task = glommio::spawn_local(shard.clone().run_inbox(inbox));
     let _ = ready.send(Ok(core));
     listener::run(shard.clone(), listener, limits).await;

@@ -130,6 +130,10 @@ impl GroupService {
         let now = crate::log::now_ms();
         let reply_to = ReplyTo(self.next_reply.get());
         self.next_reply.set(reply_to.0 + 1);
+        let joining = match &request {
+            GroupRequest::Join { request, .. } => Some(request.group_id.clone()),
+            _ => None,
+        };
         let event = match request {
             GroupRequest::Join { api_version, client, request } => {
                 GroupEvent::Join { reply_to, api_version, client, request }
@@ -151,8 +155,36 @@ impl GroupService {
         self.waiting.borrow_mut().insert(reply_to.0, sender);
         self.step(now, event);
         match receiver.await {
-            Ok(response) => GroupAnswer::Response(response),
+            Ok(response) => {
+                crate::metrics::record_group_response(&response);
+                if let (Some(group_id), GroupResponse::Join(join)) = (joining, &response) {
+                    log_generation(&group_id, join);
+                }
+                GroupAnswer::Response(response)
+            }
             Err(_) => GroupAnswer::Unavailable,
+        }
+    }
+
+    /// What a scrape reports about this core's groups (`metrics`).
+    pub fn snapshot(&self) -> crate::metrics::GroupsSnapshot {
+        let coordinator = self.coordinator.borrow();
+        let committed = coordinator.snapshot_offsets().unwrap_or_default();
+        crate::metrics::GroupsSnapshot {
+            groups: coordinator.group_count(),
+            offsets_log_bytes: self.log.size_bytes(),
+            committed: committed
+                .into_iter()
+                .filter_map(|record| {
+                    let value = record.value?;
+                    Some(crate::metrics::CommittedSnapshot {
+                        group: record.key.group_id,
+                        topic: record.key.topic,
+                        partition: record.key.partition,
+                        offset: value.offset,
+                    })
+                })
+                .collect(),
         }
     }
 
@@ -225,6 +257,22 @@ impl GroupService {
         if let Err(err) = self.log.close().await {
             tracing::error!(error = %err, "closing the offsets log failed");
         }
+    }
+}
+
+/// A generation is complete when its leader gets its JoinGroup answer:
+/// exactly one such answer per generation, so one line per rebalance.
+fn log_generation(group_id: &str, join: &crate::protocol::join_group::JoinGroupResponse) {
+    if join.error == ErrorCode::None && !join.leader.is_empty() && join.leader == join.member_id {
+        crate::metrics::record_rebalance();
+        tracing::info!(
+            group = %group_id,
+            generation = join.generation_id,
+            members = join.members.len(),
+            protocol = %join.protocol_name,
+            leader = %join.leader,
+            "group rebalanced"
+        );
     }
 }
 

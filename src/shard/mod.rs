@@ -6,6 +6,7 @@
 //! Core 0 also hosts the controller: it serializes metadata changes, persists
 //! them and hands the new image to every core before answering.
 
+mod events;
 pub mod groups;
 pub mod partition;
 
@@ -111,6 +112,10 @@ pub enum ShardMessage {
     Shutdown {
         done: flume::Sender<()>,
     },
+    /// Report this core's counters and state to a scrape (`metrics`).
+    Metrics {
+        reply: flume::Sender<crate::metrics::CoreSnapshot>,
+    },
 }
 
 /// One core's state. Shared by the tasks of that core through `Rc`.
@@ -198,6 +203,19 @@ impl Shard {
         self.partitions.borrow().len()
     }
 
+    pub fn local_partitions(&self) -> Vec<Rc<Partition>> {
+        self.partitions.borrow().values().cloned().collect()
+    }
+
+    /// Messages waiting in this core's inbox.
+    pub fn inbox_depth(&self) -> usize {
+        self.inboxes.get(self.id.0 as usize).map_or(0, flume::Sender::len)
+    }
+
+    pub fn group_service(&self) -> Option<Rc<groups::GroupService>> {
+        self.groups.borrow().clone()
+    }
+
     /// Opens the partitions this core owns in `image` and closes the ones it
     /// no longer owns (deleted topics: their files are removed).
     pub async fn apply_image(&self, image: Arc<MetadataImage>) -> Result<(), ShardError> {
@@ -280,6 +298,12 @@ impl Shard {
 
     /// Runs `op` on the partition's owner: here, or on another core.
     pub async fn partition_op(self: &Rc<Self>, topic: &str, partition: i32, op: PartitionOp) -> PartitionReply {
+        let reply = self.route_partition_op(topic, partition, op).await;
+        crate::metrics::record_partition_reply(&reply);
+        reply
+    }
+
+    async fn route_partition_op(self: &Rc<Self>, topic: &str, partition: i32, op: PartitionOp) -> PartitionReply {
         let owner = self.image().partition(topic, partition).map(|p| p.shard);
         match owner {
             Some(shard) if shard == self.id => self.run_partition_op(topic, partition, op).await,
@@ -298,7 +322,7 @@ impl Shard {
         }
     }
 
-    async fn send(&self, shard: ShardId, message: ShardMessage) -> Result<(), ()> {
+    pub(crate) async fn send(&self, shard: ShardId, message: ShardMessage) -> Result<(), ()> {
         let inbox = self.inboxes.get(shard.0 as usize).ok_or(())?;
         inbox.send_async(message).await.map_err(|_| ())
     }
@@ -316,7 +340,9 @@ impl Shard {
         match op {
             PartitionOp::Produce { records, .. } => PartitionReply::Produce(self.produce(&partition, records).await),
             PartitionOp::Fetch { offset, max_bytes } => {
-                PartitionReply::Fetch(fetch(&partition, offset, max_bytes).await)
+                let answer = fetch(&partition, offset, max_bytes).await;
+                crate::metrics::record_fetched(&partition.topic, &answer.records);
+                PartitionReply::Fetch(answer)
             }
             PartitionOp::ListOffsets { timestamp } => {
                 PartitionReply::ListOffsets(list_offsets(&partition, timestamp).await)
@@ -363,6 +389,7 @@ impl Shard {
                 }
                 Ok(SequenceCheck::Append) => match log.append(data, header) {
                     Ok(appended) => {
+                        crate::metrics::record_produced(&partition.topic, data.len(), header.record_count);
                         partition.record_sequence(header, appended.base_offset);
                         first_offset.get_or_insert(appended.base_offset);
                         last_appended = Some(appended.last_offset);
@@ -390,6 +417,13 @@ impl Shard {
 
     /// Sends an admin operation to the controller (core 0) and waits.
     pub async fn admin(self: &Rc<Self>, op: AdminOp) -> AdminReply {
+        let api = crate::metrics::admin_api(&op);
+        let reply = self.admin_on_controller(op).await;
+        crate::metrics::record_admin_reply(api, &reply);
+        reply
+    }
+
+    async fn admin_on_controller(self: &Rc<Self>, op: AdminOp) -> AdminReply {
         if self.is_controller() {
             return self.run_admin(op).await;
         }
@@ -449,6 +483,7 @@ impl Shard {
                 });
                 return AdminReply::Items(failed.collect());
             }
+            events::log_topic_changes(&image.durable, &next.durable);
             self.broadcast_image(Arc::new(next)).await;
         }
         AdminReply::Items(items)
@@ -549,6 +584,9 @@ impl Shard {
                         let _ = done.send_async(()).await;
                     })
                     .detach();
+                }
+                ShardMessage::Metrics { reply } => {
+                    let _ = reply.try_send(crate::metrics::snapshot(&self));
                 }
                 ShardMessage::AwaitData { deadline, reply } => {
                     let shard = self.clone();

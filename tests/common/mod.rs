@@ -66,6 +66,7 @@ impl Broker {
             .arg("--cores")
             .arg(self.cores.to_string())
             .args(if self.args.iter().any(|a| a == "--log-level") { vec![] } else { vec!["--log-level", "warn"] })
+            .args(if self.args.iter().any(|a| a == "--metrics-port") { vec![] } else { vec!["--metrics-port", "0"] })
             .args(&self.args)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())

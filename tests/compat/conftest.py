@@ -137,6 +137,8 @@ class Broker:
             "--listener", self.listener,
             "--log-level", self.log_level,
         ]
+        if "--metrics-port" not in self.extra_args:
+            cmd += ["--metrics-port", "0"]
         pin = os.environ.get("SHARDLOG_TEST_PIN")
         if pin:
             cmd += ["--pin", pin]

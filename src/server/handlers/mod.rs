@@ -47,6 +47,7 @@ pub async fn handle(shard: &Rc<Shard>, frame: Bytes, peer: &str) -> Outcome {
         Err(err) => return Outcome::Close(format!("bad request header: {err}")),
     };
     let version = request.header.api_version;
+    let timer = crate::metrics::RequestTimer::start(request.api);
     let result = match request.api {
         ApiKey::ApiVersions => api_versions::handle(&request, &mut reader),
         ApiKey::Metadata => metadata::handle(shard, &request, &mut reader).await,
@@ -73,6 +74,7 @@ pub async fn handle(shard: &Rc<Shard>, frame: Bytes, peer: &str) -> Outcome {
         ApiKey::ListGroups => groups::list(shard, &request, &mut reader).await,
         ApiKey::DeleteGroups => groups::delete(shard, &request, &mut reader).await,
     };
+    timer.finish(result.is_ok());
     match result {
         Ok(outcome) => outcome,
         Err(err) => Outcome::Close(format!("bad {:?} v{version} request: {err}", request.api)),
