@@ -355,6 +355,8 @@ pub struct PartitionSnapshot {
     pub high_watermark: i64,
     pub size_bytes: u64,
     pub segments: usize,
+    /// The log stopped taking appends after a write or sync error.
+    pub failed: bool,
 }
 
 /// The consumer groups a core coordinates.
@@ -397,6 +399,7 @@ pub fn snapshot(shard: &Shard) -> CoreSnapshot {
                 high_watermark: log.high_watermark(),
                 size_bytes: log.size_bytes(),
                 segments: log.segment_count(),
+                failed: log.is_failed(),
             }
         })
         .collect();
@@ -661,6 +664,12 @@ impl Exposition {
             "shardlog_in_flight_request_bytes",
             "Bytes of requests read and not yet answered, by core (bounded by --in-flight-bytes-max).",
             self.per_core(|s| s.in_flight_request_bytes as i64),
+        )?;
+        gauge(
+            out,
+            "shardlog_failed_logs",
+            "Partition logs that stopped taking appends after a disk write or sync error, by core.",
+            self.per_core(|s| s.partitions.iter().filter(|p| p.failed).count() as i64),
         )?;
         gauge(
             out,
@@ -1047,6 +1056,7 @@ mod tests {
                 high_watermark: 10,
                 size_bytes: 1,
                 segments: 1,
+                failed: false,
             })
             .collect();
         let mut coordinator = snapshot(1);

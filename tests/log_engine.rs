@@ -5,7 +5,7 @@ use std::path::Path;
 
 use bytes::Bytes;
 use glommio::{LocalExecutorBuilder, Placement};
-use shardlog::log::{FlushPolicy, Log, LogConfig};
+use shardlog::log::{FlushPolicy, InjectedFault, Log, LogConfig, LogError};
 use shardlog::protocol::record_batch::{self, encode_batch, BatchHeader, ProducerFields, Record};
 
 fn run<F, T>(future: impl FnOnce() -> F + Send + 'static) -> T
@@ -124,6 +124,65 @@ fn reopen_after_clean_close_keeps_everything() {
         // And appends continue densely after the reopen.
         let more = append_all(&log, &[batch(1, 2, 9_999)]).await;
         assert_eq!(more, vec![900]);
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn eio_on_fdatasync_stops_appends_keeps_acknowledged_data_and_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let sent: Vec<Bytes> = (0..50).map(|i| batch(i, 2, 7_000 + i as i64)).collect();
+    let (p, s) = (path.clone(), sent.clone());
+    run(move || async move {
+        let (log, _) = Log::open(&p, small_segments(FlushPolicy::Always)).await.unwrap();
+        append_all(&log, &s).await;
+        assert_eq!(log.high_watermark(), 100);
+        log.inject_fault(InjectedFault::SyncEio);
+        let doomed = batch(99, 2, 9_000);
+        let header = record_batch::validate(&doomed, 1 << 20).unwrap();
+        let appended = log.append(&doomed, &header).unwrap();
+        let err = log.wait_done(appended.last_offset).await.unwrap_err();
+        assert!(matches!(&err, LogError::Io { message, .. } if message.contains("Input/output error")), "{err}");
+        assert!(log.is_failed() && !log.failed_for_space(), "an EIO is not healed by waiting for space");
+        // Stopped: nothing more is taken, and nothing unsynced becomes visible.
+        assert!(matches!(log.append(&doomed, &header), Err(LogError::Failed(_))));
+        assert_eq!(log.high_watermark(), 100, "the failed batch was never acknowledged");
+        same_content(&read_all(&log, 0, 64 << 10).await, &s);
+        log.close().await.unwrap();
+    });
+    assert!(!path.join("clean").exists(), "a failed log is not marked clean");
+    run(move || async move {
+        let (log, report) = Log::open(&path, small_segments(FlushPolicy::Always)).await.unwrap();
+        assert!(!report.clean_shutdown);
+        let stored = read_all(&log, 0, 1 << 20).await;
+        // Every acknowledged batch is back; the unacknowledged one may be too
+        // (its write reached the file), which Kafka semantics allow.
+        assert!(stored.len() == sent.len() || stored.len() == sent.len() + 1, "{} batches", stored.len());
+        same_content(&stored[..sent.len()], &sent);
+        let next = log.log_end_offset();
+        assert_eq!(append_all(&log, &[batch(1, 1, 9_999)]).await, vec![next], "appends resume after reopening");
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn eio_on_write_fails_the_flush_and_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let (log, _) = Log::open(&path, small_segments(FlushPolicy::Never)).await.unwrap();
+        let kept = [batch(1, 3, 1_000)];
+        append_all(&log, &kept).await;
+        log.sync().await.unwrap();
+        log.inject_fault(InjectedFault::WriteEio);
+        let lost = batch(2, 3, 2_000);
+        let header = record_batch::validate(&lost, 1 << 20).unwrap();
+        log.append(&lost, &header).unwrap();
+        assert!(log.sync().await.is_err(), "the write error reaches the flush");
+        assert!(log.is_failed());
+        assert!(matches!(log.append(&lost, &header), Err(LogError::Failed(_))));
+        same_content(&read_all(&log, 0, 1 << 20).await[..1], &kept);
         log.close().await.unwrap();
     });
 }

@@ -133,7 +133,8 @@ impl LogError {
     pub fn io(path: &Path, err: std::io::Error) -> Self {
         LogError::Io {
             path: path.display().to_string(),
-            enospc: err.raw_os_error() == Some(libc::ENOSPC),
+            // glommio's errors keep the kind, not the errno, when converted.
+            enospc: err.raw_os_error() == Some(libc::ENOSPC) || err.kind() == std::io::ErrorKind::StorageFull,
             message: err.to_string(),
         }
     }
@@ -186,6 +187,11 @@ struct State {
     cache_bytes: usize,
     pending_bytes: usize,
     failed: Option<String>,
+    /// The failure was a full disk: reopening may succeed once space returns.
+    /// Any other write or sync error (EIO) leaves the log stopped until the
+    /// broker restarts (after a failed fdatasync the kernel may have dropped
+    /// the data it could not write, so retrying in place could lose it).
+    failed_enospc: bool,
     closed: bool,
     writer_scheduled: bool,
     bytes_since_index_persist: u64,
@@ -199,6 +205,30 @@ struct Inner {
     flush_lock: Semaphore,
     /// Set when written data awaits an fdatasync (interval policy).
     unsynced: Cell<bool>,
+    /// Armed by `inject_fault`: the next matching operation fails.
+    fault: Cell<Option<InjectedFault>>,
+}
+
+/// An I/O error the storage layer's test hook makes the next write or
+/// fdatasync of one log return, as a failing disk would (EIO). Real disks
+/// seldom fail on demand; the tests of what a broker does then need this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InjectedFault {
+    /// The next segment write fails with EIO.
+    WriteEio,
+    /// The next fdatasync fails with EIO (the write before it succeeded).
+    SyncEio,
+}
+
+impl InjectedFault {
+    /// Parses `write-eio` or `sync-eio`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "write-eio" => Some(InjectedFault::WriteEio),
+            "sync-eio" => Some(InjectedFault::SyncEio),
+            _ => None,
+        }
+    }
 }
 
 /// A partition's log. Cheap to clone (a handle); lives on one core.
@@ -273,6 +303,7 @@ impl Log {
             cache_bytes: 0,
             pending_bytes: 0,
             failed: None,
+            failed_enospc: false,
             closed: false,
             writer_scheduled: false,
             bytes_since_index_persist: 0,
@@ -284,6 +315,7 @@ impl Log {
                 state: RefCell::new(state),
                 flush_lock: Semaphore::new(1),
                 unsynced: Cell::new(false),
+                fault: Cell::new(None),
             }),
         };
         Ok((log, report))
@@ -299,6 +331,28 @@ impl Log {
 
     pub fn set_config(&self, config: LogConfig) {
         *self.inner.config.borrow_mut() = config;
+    }
+
+    /// Test hook: the next write or fdatasync (per `fault`) of this log fails
+    /// with EIO, once.
+    pub fn inject_fault(&self, fault: InjectedFault) {
+        self.inner.fault.set(Some(fault));
+    }
+
+    /// The injected error, if `fault` is armed (and disarms it).
+    fn injected(&self, fault: InjectedFault, path: &Path) -> Result<(), LogError> {
+        if self.inner.fault.get() != Some(fault) {
+            return Ok(());
+        }
+        self.inner.fault.set(None);
+        Err(LogError::io(path, std::io::Error::from_raw_os_error(libc::EIO)))
+    }
+
+    /// True when the log failed for want of space, so reopening it once
+    /// space returns is safe; false when healthy or failed for another cause.
+    pub fn failed_for_space(&self) -> bool {
+        let state = self.inner.state.borrow();
+        state.failed.is_some() && state.failed_enospc
     }
 
     /// True after a write or sync failed: the log takes no more appends
@@ -668,6 +722,7 @@ impl Log {
             bytes[at..].fill(0);
             at
         };
+        self.injected(InjectedFault::WriteEio, &path)?;
         let written = file.write_at(buffer, write_position).await.map_err(|e| LogError::io(&path, e.into()))?;
         if written < data_len {
             return Err(LogError::Io {
@@ -724,6 +779,7 @@ impl Log {
         };
         if self.inner.unsynced.get() {
             let started = std::time::Instant::now();
+            self.injected(InjectedFault::SyncEio, &path)?;
             file.fdatasync().await.map_err(|e| LogError::io(&path, e.into()))?;
             crate::metrics::record_fsync(started.elapsed());
             self.inner.unsynced.set(false);
@@ -808,6 +864,7 @@ impl Log {
         if state.failed.is_none() {
             tracing::error!(dir = %self.inner.dir.display(), error = %err, "log stopped accepting appends");
             state.failed = Some(err.to_string());
+            state.failed_enospc = matches!(err, LogError::Io { enospc: true, .. });
         }
     }
 

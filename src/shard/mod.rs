@@ -260,6 +260,10 @@ impl Shard {
                     if !report.clean_shutdown {
                         tracing::info!(%topic, partition = index, scanned_bytes = report.scanned_bytes, truncated_bytes = report.truncated_bytes, "recovered after an unclean shutdown");
                     }
+                    if let Some(fault) = injected_fault(&topic, index) {
+                        tracing::warn!(%topic, partition = index, ?fault, "fault injection armed ({FAULT_ENV})");
+                        log.inject_fault(fault);
+                    }
                     let partition = Rc::new(Partition::new(topic.clone(), index, log));
                     partition.restore_producers().await.map_err(|source| ShardError::Log {
                         topic: topic.clone(),
@@ -641,7 +645,9 @@ impl Shard {
                 }
                 let log = &partition.log;
                 if log.is_failed() {
-                    if now.saturating_sub(last_reopen_ms) >= 1_000 {
+                    // Only a full disk heals by itself; an EIO keeps the log
+                    // stopped (reads still served) until an operator restarts.
+                    if log.failed_for_space() && now.saturating_sub(last_reopen_ms) >= 1_000 {
                         self.reopen(&partition).await;
                     }
                     continue;
@@ -852,6 +858,20 @@ async fn list_offsets(partition: &Partition, timestamp: i64) -> ListOffsetsParti
             Err(err) => ListOffsetsPartitionResponse::error(partition.index, log_error_code(&err)),
         },
     }
+}
+
+/// Test hook of the disk-fault tests: `topic/partition=sync-eio` (or
+/// `write-eio`), comma separated, makes the first write or fdatasync of those
+/// partitions' logs fail with EIO once they are opened. Unset in production.
+const FAULT_ENV: &str = "SHARDLOG_INJECT_FAULT";
+
+fn injected_fault(topic: &str, index: i32) -> Option<crate::log::InjectedFault> {
+    let spec = std::env::var(FAULT_ENV).ok()?;
+    spec.split(',').find_map(|item| {
+        let (target, fault) = item.trim().split_once('=')?;
+        let (t, p) = target.rsplit_once('/')?;
+        (t == topic && p.parse() == Ok(index)).then(|| crate::log::InjectedFault::parse(fault)).flatten()
+    })
 }
 
 /// The Kafka error code of a storage error (the one place they are mapped).

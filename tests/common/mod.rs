@@ -21,6 +21,8 @@ pub struct Broker {
     pub cores: usize,
     pub data: PathBuf,
     pub args: Vec<String>,
+    /// Extra environment of the broker process (fault-injection hooks).
+    pub env: Vec<(String, String)>,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -42,6 +44,10 @@ pub fn free_ports(count: usize) -> u16 {
 
 impl Broker {
     pub fn start(cores: usize, extra: &[&str]) -> Broker {
+        Broker::start_with_env(cores, extra, &[])
+    }
+
+    pub fn start_with_env(cores: usize, extra: &[&str], env: &[(&str, &str)]) -> Broker {
         let dir = tempfile::tempdir().expect("tempdir");
         let data = dir.path().join("data");
         let mut broker = Broker {
@@ -50,6 +56,7 @@ impl Broker {
             cores,
             data,
             args: extra.iter().map(|s| s.to_string()).collect(),
+            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             _dir: Some(dir),
         };
         broker.spawn();
@@ -68,6 +75,7 @@ impl Broker {
             .args(if self.args.iter().any(|a| a == "--log-level") { vec![] } else { vec!["--log-level", "warn"] })
             .args(if self.args.iter().any(|a| a == "--metrics-port") { vec![] } else { vec!["--metrics-port", "0"] })
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
