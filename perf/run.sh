@@ -6,7 +6,8 @@
 #   perf/run.sh WORKLOAD [extra shardlog bench flags...]
 #
 # Workloads:
-#   max-throughput      1 topic, 100 partitions, 1 KiB messages, acks=1, produce as fast as possible
+#   max-throughput      1 topic, 100 partitions, 1 KiB messages, acks=1, flush never, produce as fast
+#                       as possible; then a catch-up consume of a filled topic from the beginning
 #   latency-at-rate     max-throughput briefly, then e2e at 10%, 50% and 80% of the max it measured
 #   partitions-scaling  e2e at one fixed total rate over 16, 256, 4096 and 10000 partitions;
 #                       broker RSS per partition
@@ -20,6 +21,7 @@
 #   SHARDLOG_PERF_DURATION    measured time of each run (default 60s for max-throughput, 30s otherwise)
 #   SHARDLOG_PERF_WARMUP      warmup of each run (default 5s)
 #   SHARDLOG_PERF_RATE        total msgs/s for partitions-scaling, listener-modes, durability (default 20000)
+#   SHARDLOG_PERF_CATCH_UP_MESSAGES  messages the catch-up consume reads (default 2000000)
 #   SHARDLOG_PERF_PARTITIONS  partition counts for partitions-scaling (default "16 256 4096 10000")
 #   SHARDLOG_PERF_BROKER_CORES / SHARDLOG_PERF_BENCH_CORES  cores of the spawned broker / of the load generator
 #   PEER_BROKERS              bootstrap of the peer broker for `peers`
@@ -62,9 +64,17 @@ max_msgs_per_s() {
   python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["produce"]["msgs_per_s"]))' "$1"
 }
 
-max_throughput() { # [--brokers B]
-  bench "${1:-max-throughput}" produce "${@:2}" "${cores[@]}" --partitions 100 --message-bytes 1024 --acks 1 \
-    --duration "$(duration 60s)" --warmup "$warmup"
+max_throughput() { # name [--brokers B ...]
+  local name="$1"
+  shift
+  # The workload is flush never; a peer broker is configured by its owner.
+  local spawn=()
+  [[ " $* " == *" --brokers "* ]] || spawn=(--flush never)
+  bench "$name" produce "$@" "${spawn[@]}" "${cores[@]}" --partitions 100 --message-bytes 1024 --acks 1 \
+    --duration "$(duration 60s)" --warmup "$warmup" --topic "bench-$name"
+  # Catch-up read: fill the topic, then read it back from the beginning (mostly from disk).
+  bench "$name-catch-up-consume" consume --from beginning "$@" "${spawn[@]}" "${cores[@]}" --partitions 100 \
+    --message-bytes 1024 --messages "${SHARDLOG_PERF_CATCH_UP_MESSAGES:-2000000}" --topic "bench-$name-catch-up"
 }
 
 latency_at_rate() { # prefix [--brokers B]
@@ -103,18 +113,18 @@ durability() {
 }
 
 case "$workload" in
-  max-throughput) max_throughput ;;
+  max-throughput) max_throughput max-throughput ;;
   latency-at-rate) latency_at_rate latency ;;
   partitions-scaling) partitions_scaling ;;
   listener-modes) listener_modes ;;
   durability) durability ;;
   peers)
     [ -n "${PEER_BROKERS:-}" ] || { echo "peers needs PEER_BROKERS=host:port" >&2; exit 2; }
-    max_throughput peer-max-throughput --brokers "$PEER_BROKERS" --topic bench-peer-max
+    max_throughput peer-max-throughput --brokers "$PEER_BROKERS"
     latency_at_rate peer-latency --brokers "$PEER_BROKERS"
     ;;
   all)
-    max_throughput
+    max_throughput max-throughput
     latency_at_rate latency
     partitions_scaling
     listener_modes
