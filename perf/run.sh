@@ -9,7 +9,8 @@
 #   max-throughput      1 topic, 100 partitions, 1 KiB messages, acks=1, flush never, 1 MiB batches,
 #                       20 requests in flight, produce as fast as possible; then a catch-up consume
 #                       of a filled topic from the beginning
-#   latency-at-rate     max-throughput briefly, then e2e at 10%, 50% and 80% of the max it measured
+#   latency-at-rate     flush never, acks=1: produce flat out briefly, then e2e at 10%, 50% and 80%
+#                       of the rate it measured
 #   partitions-scaling  e2e at one fixed total rate over 16, 256, 4096 and 10000 partitions;
 #                       broker RSS per partition
 #   listener-modes      the same load on a per-core and on a shared-port broker
@@ -32,7 +33,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 workload="${1:-}"
-[ -n "$workload" ] || { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ -n "$workload" ] || { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 shift
 extra=("$@")
 
@@ -83,6 +84,11 @@ max_throughput() { # name [--brokers B ...]
 latency_at_rate() { # prefix [--brokers B]
   local prefix="$1"
   shift
+  # acks=1 on the max-throughput durability setting (flush never); the
+  # durability workload measures flush always.
+  local spawn=()
+  [[ " $* " == *" --brokers "* ]] || spawn=(--flush never)
+  set -- "$@" "${spawn[@]}"
   bench "$prefix-max" produce "$@" "${cores[@]}" --partitions 100 --message-bytes 1024 --acks 1 \
     --duration "$(duration 10s)" --warmup "$warmup" --topic "bench-$prefix-max"
   local max

@@ -61,6 +61,12 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
 
 /// One pass over every requested partition, trimmed to the response budget.
 async fn read_once(shard: &Rc<Shard>, body: &FetchRequest) -> Vec<FetchTopicResponse> {
+    // Each partition reads at most an even share of the response budget: a
+    // catch-up consumer asking 100 partitions for 4 MiB each within 64 MiB
+    // would otherwise have the disk read 400 MiB to send 64 (the log still
+    // returns at least one whole batch, so every partition progresses).
+    let requested: usize = body.topics.iter().map(|t| t.partitions.len()).sum();
+    let share = (body.max_bytes.max(0) as usize / requested.max(1)).max(1);
     let mut reads = Vec::new();
     for topic in &body.topics {
         for partition in &topic.partitions {
@@ -68,8 +74,8 @@ async fn read_once(shard: &Rc<Shard>, body: &FetchRequest) -> Vec<FetchTopicResp
             let name = topic.name.clone();
             let p = *partition;
             reads.push(async move {
-                let op =
-                    PartitionOp::Fetch { offset: p.fetch_offset, max_bytes: p.partition_max_bytes.max(0) as usize };
+                let max_bytes = (p.partition_max_bytes.max(0) as usize).min(share);
+                let op = PartitionOp::Fetch { offset: p.fetch_offset, max_bytes };
                 match shard.partition_op(&name, p.index, op).await {
                     PartitionReply::Fetch(answer) => answer,
                     _ => FetchPartitionResponse::error(p.index, ErrorCode::UnknownServerError),
