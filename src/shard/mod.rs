@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use event_listener::Event;
+use futures::StreamExt;
 use glommio::sync::Semaphore;
 
 use crate::cluster::controller::{self, ItemResult, NewTopic};
@@ -242,40 +243,55 @@ impl Shard {
                 }
             }
         }
+        let mut to_open = Vec::new();
         for ((topic, index), log_config) in wanted {
-            let existing = self.local_partition(&topic, index);
-            match existing {
+            match self.local_partition(&topic, index) {
                 Some(partition) => {
                     if partition.log.config() != log_config {
                         partition.log.set_config(log_config);
                     }
                 }
-                None => {
-                    let dir = self.partition_dir(&topic, index);
-                    let (log, report) = Log::open(dir, log_config).await.map_err(|source| ShardError::Log {
-                        topic: topic.clone(),
-                        partition: index,
-                        source,
-                    })?;
-                    if !report.clean_shutdown {
-                        tracing::info!(%topic, partition = index, scanned_bytes = report.scanned_bytes, truncated_bytes = report.truncated_bytes, "recovered after an unclean shutdown");
-                    }
-                    if let Some(fault) = injected_fault(&topic, index) {
-                        tracing::warn!(%topic, partition = index, ?fault, "fault injection armed ({FAULT_ENV})");
-                        log.inject_fault(fault);
-                    }
-                    let partition = Rc::new(Partition::new(topic.clone(), index, log));
-                    partition.restore_producers().await.map_err(|source| ShardError::Log {
-                        topic: topic.clone(),
-                        partition: index,
-                        source,
-                    })?;
-                    self.partitions.borrow_mut().insert((topic, index), partition);
-                }
+                None => to_open.push((topic, index, log_config)),
             }
-            glommio::yield_if_needed().await;
+        }
+        // Opening a log is a chain of small file operations, each a trip
+        // through io_uring: many at once keep the disk and the kernel busy
+        // instead of waiting on one after another (startup with thousands of
+        // partitions).
+        let opening = futures::stream::iter(to_open)
+            .map(|(topic, index, log_config)| self.open_partition(topic, index, log_config))
+            .buffer_unordered(PARTITION_OPEN_CONCURRENCY);
+        futures::pin_mut!(opening);
+        while let Some(opened) = opening.next().await {
+            let partition = opened?;
+            self.partitions.borrow_mut().insert((partition.topic.clone(), partition.index), partition);
         }
         Ok(())
+    }
+
+    /// Opens (recovering if needed) one partition's log and producer state.
+    async fn open_partition(
+        &self,
+        topic: String,
+        index: i32,
+        log_config: crate::log::LogConfig,
+    ) -> Result<Rc<Partition>, ShardError> {
+        let dir = self.partition_dir(&topic, index);
+        let (log, report) = Log::open(dir, log_config).await.map_err(|source| ShardError::Log {
+            topic: topic.clone(),
+            partition: index,
+            source,
+        })?;
+        if !report.clean_shutdown {
+            tracing::info!(%topic, partition = index, scanned_bytes = report.scanned_bytes, truncated_bytes = report.truncated_bytes, "recovered after an unclean shutdown");
+        }
+        if let Some(fault) = injected_fault(&topic, index) {
+            tracing::warn!(%topic, partition = index, ?fault, "fault injection armed ({FAULT_ENV})");
+            log.inject_fault(fault);
+        }
+        let partition = Rc::new(Partition::new(topic.clone(), index, log));
+        partition.restore_producers().await.map_err(|source| ShardError::Log { topic, partition: index, source })?;
+        Ok(partition)
     }
 
     /// Waits until data arrives on this core, shutdown begins, or `deadline`.
@@ -620,14 +636,18 @@ impl Shard {
             service.close().await;
         }
         let partitions: Vec<Rc<Partition>> = self.partitions.borrow().values().cloned().collect();
-        for partition in partitions {
-            if let Err(err) = partition.snapshot_producers() {
-                tracing::error!(topic = %partition.topic, partition = partition.index, error = %err, "writing producer snapshot failed");
-            }
-            if let Err(err) = partition.log.close().await {
-                tracing::error!(topic = %partition.topic, partition = partition.index, error = %err, "closing log failed");
-            }
-        }
+        // Closing is a write, a trim and an fdatasync per log: many at once.
+        let closing = futures::stream::iter(partitions)
+            .map(|partition| async move {
+                if let Err(err) = partition.snapshot_producers() {
+                    tracing::error!(topic = %partition.topic, partition = partition.index, error = %err, "writing producer snapshot failed");
+                }
+                if let Err(err) = partition.log.close().await {
+                    tracing::error!(topic = %partition.topic, partition = partition.index, error = %err, "closing log failed");
+                }
+            })
+            .buffer_unordered(PARTITION_OPEN_CONCURRENCY);
+        closing.collect::<()>().await;
     }
 
     /// Background upkeep: retention checks and interval fsyncs.
@@ -859,6 +879,10 @@ async fn list_offsets(partition: &Partition, timestamp: i64) -> ListOffsetsParti
         },
     }
 }
+
+/// Partitions a core opens (or closes) at once: at startup, when topics
+/// appear, at shutdown.
+const PARTITION_OPEN_CONCURRENCY: usize = 64;
 
 /// Test hook of the disk-fault tests: `topic/partition=sync-eio` (or
 /// `write-eio`), comma separated, makes the first write or fdatasync of those
