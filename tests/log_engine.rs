@@ -187,6 +187,35 @@ fn eio_on_write_fails_the_flush_and_the_log() {
     });
 }
 
+#[test]
+fn logs_of_one_core_share_the_cache_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    run(move || async move {
+        shardlog::log::set_core_cache_bytes_max(256 << 10);
+        let config = LogConfig { flush: FlushPolicy::Always, ..LogConfig::default() };
+        let mut logs = Vec::new();
+        for i in 0..4 {
+            logs.push(Log::open(path.join(format!("t-{i}")), config.clone()).await.unwrap().0);
+        }
+        let sent: Vec<Bytes> = (0..200).map(|i| batch(100 + i, 8, 1_000 + i as i64)).collect();
+        let total: usize = sent.iter().map(Bytes::len).sum();
+        assert!(total > 4 * (256 << 10) / 4, "more than the share and than the core budget: {total}");
+        append_all(&logs[0], &sent).await;
+        let batch_bytes = sent.iter().map(Bytes::len).max().unwrap();
+        let share = (256 << 10) / 4;
+        // Well under its own 1 MiB limit: a quarter of the core's 256 KiB.
+        assert!(logs[0].memory_bytes() <= share + batch_bytes + 8 * 1024, "{} bytes", logs[0].memory_bytes());
+        // What left the cache is read back from disk, whole.
+        same_content(&read_all(&logs[0], 0, 64 << 10).await, &sent);
+        for log in &logs {
+            log.close().await.unwrap();
+        }
+        drop(logs);
+        shardlog::log::set_core_cache_bytes_max(shardlog::log::CORE_CACHE_BYTES_MAX_DEFAULT);
+    });
+}
+
 /// The longest prefix of `sent` whose bytes all lie within `cut` bytes.
 fn prefix_within(sent: &[Bytes], cut: u64) -> usize {
     let mut end = 0u64;

@@ -91,7 +91,8 @@ pub struct LogConfig {
     pub index_interval_bytes: u64,
     /// Largest batch accepted (`max.message.bytes`).
     pub batch_bytes_max: usize,
-    /// Written batches kept in memory for tail reads.
+    /// Written batches kept in memory for tail reads (at most; the logs of
+    /// a core also share `CORE_CACHE_BYTES_MAX_DEFAULT`).
     pub cache_bytes_max: usize,
     /// Unwritten bytes beyond which appends wait for the writer.
     pub pending_bytes_max: usize,
@@ -323,6 +324,7 @@ impl Log {
             writer_urgent: false,
             bytes_since_index_persist: 0,
         };
+        OPEN_LOGS.with(|open| open.set(open.get() + 1));
         let log = Log {
             inner: Rc::new(Inner {
                 dir,
@@ -804,7 +806,7 @@ impl Log {
         state.written_end_offset = active.next_offset;
         state.pending_bytes -= written_bytes as usize;
         state.bytes_since_index_persist += written_bytes;
-        evict_cache(state, self.inner.config.borrow().cache_bytes_max);
+        evict_cache(state, cache_share(self.inner.config.borrow().cache_bytes_max));
         Ok(())
     }
 
@@ -1188,8 +1190,34 @@ async fn open_segment(
     })
 }
 
+/// Written batches the logs of one core keep for tail reads, all together.
+/// Each log caches `cache_bytes_max` or an even share of this, whichever is
+/// smaller, so that ten thousand busy partitions do not hold a megabyte
+/// each (unwritten batches always stay cached until written).
+pub const CORE_CACHE_BYTES_MAX_DEFAULT: usize = 256 << 20;
+
 thread_local! {
     static PROBED_DEVICES: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+    /// Logs open on this thread (core), for the cache budget.
+    static OPEN_LOGS: Cell<usize> = const { Cell::new(0) };
+    static CORE_CACHE_BYTES_MAX: Cell<usize> = const { Cell::new(CORE_CACHE_BYTES_MAX_DEFAULT) };
+}
+
+/// Sets the cache budget shared by the logs of the calling thread (core).
+pub fn set_core_cache_bytes_max(bytes: usize) {
+    CORE_CACHE_BYTES_MAX.with(|budget| budget.set(bytes));
+}
+
+/// What one log of this thread may cache: its own limit or its share.
+fn cache_share(cache_bytes_max: usize) -> usize {
+    let logs = OPEN_LOGS.with(Cell::get).max(1);
+    cache_bytes_max.min(CORE_CACHE_BYTES_MAX.with(Cell::get) / logs)
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        OPEN_LOGS.with(|open| open.set(open.get().saturating_sub(1)));
+    }
 }
 
 /// glommio decides once per device and thread whether reads may use the
