@@ -66,18 +66,23 @@ max_msgs_per_s() {
   python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["produce"]["msgs_per_s"]))' "$1"
 }
 
+# Prints `--flush never` unless the arguments name a peer broker (--brokers),
+# which its owner configures: the flush policy of a spawned shardlog.
+flush_never_when_spawned() {
+  [[ " $* " == *" --brokers "* ]] || echo "--flush never"
+}
+
 max_throughput() { # name [--brokers B ...]
   local name="$1"
   shift
-  # The issue's workload is flush never; a peer broker is configured by its owner.
-  local spawn=()
-  [[ " $* " == *" --brokers "* ]] || spawn=(--flush never)
+  # The issue's workload is flush never.
+  set -- "$@" $(flush_never_when_spawned "$@")
   # librdkafka's batch size (1 MB) and enough requests in flight that the
   # generator is not what limits the rate.
-  bench "$name" produce "$@" "${spawn[@]}" "${cores[@]}" --partitions 100 --message-bytes 1024 --acks 1 \
+  bench "$name" produce "$@" "${cores[@]}" --partitions 100 --message-bytes 1024 --acks 1 \
     --batch-bytes 1MiB --in-flight 20 --duration "$(duration 60s)" --warmup "$warmup" --topic "bench-$name"
   # Catch-up read: fill the topic, then read it back from the beginning (mostly from disk).
-  bench "$name-catch-up-consume" consume --from beginning "$@" "${spawn[@]}" "${cores[@]}" --partitions 100 \
+  bench "$name-catch-up-consume" consume --from beginning "$@" "${cores[@]}" --partitions 100 \
     --message-bytes 1024 --messages "${SHARDLOG_PERF_CATCH_UP_MESSAGES:-2000000}" --topic "bench-$name-catch-up"
 }
 
@@ -86,9 +91,7 @@ latency_at_rate() { # prefix [--brokers B]
   shift
   # acks=1 on the max-throughput durability setting (flush never); the
   # durability workload measures flush always.
-  local spawn=()
-  [[ " $* " == *" --brokers "* ]] || spawn=(--flush never)
-  set -- "$@" "${spawn[@]}"
+  set -- "$@" $(flush_never_when_spawned "$@")
   bench "$prefix-max" produce "$@" "${cores[@]}" --partitions 100 --message-bytes 1024 --acks 1 \
     --duration "$(duration 10s)" --warmup "$warmup" --topic "bench-$prefix-max"
   local max

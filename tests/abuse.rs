@@ -26,12 +26,6 @@ const ABUSERS: u64 = 8;
 /// Attackers on other machines cost the broker only what it does per frame.
 const FRAMES_PER_SECOND: u64 = 8_000;
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
-
 fn header(api_key: i16, version: i16) -> Writer {
     let mut w = Writer::new();
     w.i16(api_key);
@@ -213,7 +207,7 @@ fn hundred_thousand_malformed_frames_leave_good_clients_whole() {
     create_topic(&broker, "good", 1, &[]);
     let pid = broker.child.as_ref().unwrap().id();
     let port = broker.port;
-    let rss_before = rss_kib(pid);
+    let rss_before = status_kib(pid, "VmRSS:");
     let mut sent_per_run = Vec::new();
     let mut rounds = Vec::new();
     for _ in 0..ROUNDS_MAX {
@@ -253,7 +247,7 @@ fn hundred_thousand_malformed_frames_leave_good_clients_whole() {
             break;
         }
     }
-    let rss_after = rss_kib(pid);
+    let rss_after = status_kib(pid, "VmRSS:");
     eprintln!("RSS {rss_before} -> {rss_after} KiB");
     // The good consumer reads every record, in order, exactly once.
     let mut conn = broker.connect();

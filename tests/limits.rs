@@ -91,12 +91,6 @@ fn concurrent_large_produces_wait_for_the_in_flight_budget_and_all_succeed() {
     assert_eq!(answer.topics[0].partitions[0].high_watermark, 36, "12 batches of 3 records");
 }
 
-fn status_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    let line = status.lines().find(|l| l.starts_with(field)).expect("field in /proc/pid/status");
-    line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("a number")
-}
-
 /// A Produce v7 frame (size prefix included) for one partition, without
 /// its records: the caller sends `records_len` bytes of records right after.
 fn produce_frame_prefix(topic: &str, records_len: usize) -> Vec<u8> {

@@ -193,17 +193,10 @@ struct State {
     cache: VecDeque<CachedBatch>,
     cache_bytes: usize,
     pending_bytes: usize,
-    failed: Option<String>,
-    /// The failure was a full disk: reopening may succeed once space returns.
-    /// Any other write or sync error (EIO) leaves the log stopped until the
-    /// broker restarts (after a failed fdatasync the kernel may have dropped
-    /// the data it could not write, so retrying in place could lose it).
-    failed_enospc: bool,
+    /// The write or sync error that stopped the log.
+    failed: Option<LogError>,
     closed: bool,
-    /// A write-behind task is scheduled (after `WRITE_BEHIND_DELAY`)...
-    writer_scheduled: bool,
-    /// ...or one is about to write now, a chunk being pending.
-    writer_urgent: bool,
+    writer: WriteBehind,
     bytes_since_index_persist: u64,
 }
 
@@ -239,6 +232,16 @@ impl InjectedFault {
             _ => None,
         }
     }
+}
+
+/// The write-behind task of a log, if one is scheduled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WriteBehind {
+    Idle,
+    /// Will write after `WRITE_BEHIND_DELAY`.
+    Delayed,
+    /// Will write at once: a chunk is pending.
+    Urgent,
 }
 
 /// A partition's log. Cheap to clone (a handle); lives on one core.
@@ -318,10 +321,8 @@ impl Log {
             cache_bytes: 0,
             pending_bytes: 0,
             failed: None,
-            failed_enospc: false,
             closed: false,
-            writer_scheduled: false,
-            writer_urgent: false,
+            writer: WriteBehind::Idle,
             bytes_since_index_persist: 0,
         };
         OPEN_LOGS.with(|open| open.set(open.get() + 1));
@@ -366,10 +367,12 @@ impl Log {
     }
 
     /// True when the log failed for want of space, so reopening it once
-    /// space returns is safe; false when healthy or failed for another cause.
+    /// space returns is safe; false when healthy or failed for another cause:
+    /// after an EIO it stays stopped until the broker restarts (a failed
+    /// fdatasync may have dropped the data the kernel could not write, so
+    /// retrying in place could lose it).
     pub fn failed_for_space(&self) -> bool {
-        let state = self.inner.state.borrow();
-        state.failed.is_some() && state.failed_enospc
+        matches!(self.inner.state.borrow().failed, Some(LogError::Io { enospc: true, .. }))
     }
 
     /// True after a write or sync failed: the log takes no more appends
@@ -420,8 +423,8 @@ impl Log {
     pub fn append(&self, batch: &[u8], header: &BatchHeader) -> Result<Appended, LogError> {
         let config = self.inner.config.borrow();
         let mut state = self.inner.state.borrow_mut();
-        if let Some(reason) = &state.failed {
-            return Err(LogError::Failed(reason.clone()));
+        if let Some(cause) = &state.failed {
+            return Err(LogError::Failed(cause.to_string()));
         }
         if state.closed {
             return Err(LogError::Closed);
@@ -641,7 +644,7 @@ impl Log {
 
     fn check_failed(&self) -> Result<(), LogError> {
         match &self.inner.state.borrow().failed {
-            Some(reason) => Err(LogError::Failed(reason.clone())),
+            Some(cause) => Err(LogError::Failed(cause.to_string())),
             None => Ok(()),
         }
     }
@@ -658,11 +661,12 @@ impl Log {
                 return;
             }
             let urgent = state.pending_bytes >= WRITE_BEHIND_CHUNK_BYTES;
-            if state.writer_urgent || (state.writer_scheduled && !urgent) {
+            let wanted = if urgent { WriteBehind::Urgent } else { WriteBehind::Delayed };
+            // A delayed writer is overtaken by an urgent one, never the reverse.
+            if state.writer == WriteBehind::Urgent || state.writer == wanted {
                 return;
             }
-            state.writer_scheduled = true;
-            state.writer_urgent = urgent;
+            state.writer = wanted;
             urgent
         };
         let log = self.clone();
@@ -681,9 +685,7 @@ impl Log {
     async fn write_pending(&self, from_writer_task: bool) -> Result<(), LogError> {
         let permit = self.inner.flush_lock.acquire_permit(1).await.map_err(|_| LogError::Closed);
         if from_writer_task {
-            let mut state = self.inner.state.borrow_mut();
-            state.writer_scheduled = false;
-            state.writer_urgent = false;
+            self.inner.state.borrow_mut().writer = WriteBehind::Idle;
         }
         let _permit = permit?;
         self.write_and_sync_locked(false).await
@@ -902,8 +904,7 @@ impl Log {
         let mut state = self.inner.state.borrow_mut();
         if state.failed.is_none() {
             tracing::error!(dir = %self.inner.dir.display(), error = %err, "log stopped accepting appends");
-            state.failed = Some(err.to_string());
-            state.failed_enospc = matches!(err, LogError::Io { enospc: true, .. });
+            state.failed = Some(err.clone());
         }
     }
 

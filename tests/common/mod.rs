@@ -235,3 +235,10 @@ pub fn leader_port(broker: &Broker, topic: &str, partition: i32) -> u16 {
     let leader = metadata.topics[0].partitions.iter().find(|p| p.index == partition).expect("partition").leader_id;
     metadata.brokers.iter().find(|b| b.node_id == leader).expect("leader broker").port as u16
 }
+
+/// A size field of /proc/PID/status (`VmRSS:`, `VmHWM:`, ...), in KiB.
+pub fn status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let line = status.lines().find(|l| l.starts_with(field)).expect("field in /proc/pid/status");
+    line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("a number")
+}
