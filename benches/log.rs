@@ -43,16 +43,15 @@ fn run_appends(batch: Bytes, flush: FlushPolicy, iterations: u64) -> Duration {
             let (log, _) = Log::open(dir.path().join("bench-0"), config).await.expect("open");
             let header = validate(&batch, 2 << 20).expect("valid");
             let started = Instant::now();
-            let mut pending = Vec::new();
+            let mut pending = std::collections::VecDeque::new();
             for _ in 0..iterations {
                 let appended = log.append(&batch, &header).expect("append");
-                // Keep up to 64 appends in flight, as pipelined producers do.
+                // Keep up to 64 appends in flight (a sliding window), as pipelined
+                // producers do.
                 let waiter = log.clone();
-                pending.push(glommio::spawn_local(async move { waiter.wait_done(appended.last_offset).await }));
+                pending.push_back(glommio::spawn_local(async move { waiter.wait_done(appended.last_offset).await }));
                 if pending.len() >= 64 {
-                    for task in pending.drain(..) {
-                        task.await.expect("done");
-                    }
+                    pending.pop_front().expect("in flight").await.expect("done");
                 }
             }
             for task in pending {

@@ -13,8 +13,10 @@
 //! Write path: `append` (synchronous, no await) assigns dense offsets, patches
 //! the base offset and leader epoch (outside the CRC) into an owned copy and
 //! puts it in the tail cache. A single writer per log (the `flush_lock`)
-//! copies every batch not yet written into one aligned buffer, rewriting the
-//! partly filled last page, and writes it with O_DIRECT; under `flush=always`
+//! copies the batches not yet written into aligned buffers of up to 1 MiB,
+//! rewriting the partly filled last page, and writes them with O_DIRECT, up
+//! to four chunks in flight (chunks followed by more data end on a page
+//! boundary, so no two writes in flight share a page); under `flush=always`
 //! it then fdatasyncs. Appends that arrive while a write is in flight are
 //! covered by the next one: one sync per file per I/O cycle (group commit).
 //! Under `never` and interval policies nothing waits for the disk, so the
@@ -210,6 +212,30 @@ struct Inner {
     unsynced: Cell<bool>,
     /// Armed by `inject_fault`: the next matching operation fails.
     fault: Cell<Option<InjectedFault>>,
+    /// One unit per segment write in flight (held by the write's task).
+    writes: Rc<Semaphore>,
+}
+
+/// A chunk of the active segment, copied and ready to write.
+struct WritePlan {
+    file: Rc<glommio::io::DmaFile>,
+    path: PathBuf,
+    /// Page-aligned file position of the buffer.
+    position: u64,
+    buffer: glommio::io::DmaBuffer,
+    /// File position after the last data byte in the buffer.
+    data_end: u64,
+    /// The partly filled page at `data_end` (empty when aligned).
+    tail: Vec<u8>,
+    /// Pre-allocate the file to this size first.
+    allocate: Option<u64>,
+}
+
+struct WriteInFlight {
+    task: glommio::task::JoinHandle<glommio::Result<usize, ()>>,
+    path: PathBuf,
+    data_len: usize,
+    data_end: u64,
 }
 
 /// An I/O error the storage layer's test hook makes the next write or
@@ -258,6 +284,10 @@ const INDEX_PERSIST_INTERVAL_BYTES: u64 = 4 << 20;
 const WRITE_BEHIND_CHUNK_BYTES: usize = 256 << 10;
 /// ...or once the first of it has waited this long.
 const WRITE_BEHIND_DELAY: Duration = Duration::from_millis(100);
+/// A log's writer issues chunks of at most this much...
+const WRITE_CHUNK_BYTES: u64 = 1 << 20;
+/// ...with up to this many in flight at once.
+const WRITES_IN_FLIGHT: u64 = 4;
 /// Read granularity for recovery and for disk reads.
 const READ_CHUNK_BYTES: u64 = 1 << 20;
 const CLEAN_MARKER: &str = "clean";
@@ -334,6 +364,7 @@ impl Log {
                 flush_lock: Semaphore::new(1),
                 unsynced: Cell::new(false),
                 fault: Cell::new(None),
+                writes: Rc::new(Semaphore::new(WRITES_IN_FLIGHT)),
             }),
         };
         Ok((log, report))
@@ -691,17 +722,11 @@ impl Log {
         self.write_and_sync_locked(false).await
     }
 
-    /// The writer: rolls if due, writes every pending batch in one aligned
-    /// write, then optionally fdatasyncs. Caller holds `flush_lock`.
+    /// The writer: rolls when due and writes every pending batch, then
+    /// optionally fdatasyncs. Caller holds `flush_lock`.
     async fn write_and_sync_locked(&self, sync: bool) -> Result<(), LogError> {
         self.check_failed()?;
-        let mut result = Ok(());
-        while result.is_ok() && self.inner.state.borrow().pending_bytes > 0 {
-            result = match self.roll_if_due().await {
-                Ok(()) => self.write_locked().await,
-                Err(err) => Err(err),
-            };
-        }
+        let result = self.write_all_locked().await;
         let result = match result {
             Ok(()) if sync => self.sync_locked().await,
             other => other,
@@ -712,62 +737,146 @@ impl Log {
         result
     }
 
-    async fn write_locked(&self) -> Result<(), LogError> {
-        let (file, path, write_position, buffer_len, batches, allocate) = {
-            let config = self.inner.config.borrow();
-            let state = self.inner.state.borrow();
-            if state.pending_bytes == 0 {
-                return Ok(());
-            }
-            let Some((_, active)) = state.segments.iter().next_back() else { return Ok(()) };
-            let first_pending = state.cache.partition_point(|b| b.base_offset < state.written_end_offset);
-            // What fits in the active segment (at least one batch).
-            let mut room = config.segment_bytes.saturating_sub(active.size_bytes);
-            let mut batches: Vec<(i64, i64, i64, Bytes)> = Vec::new();
-            for b in state.cache.range(first_pending..) {
-                let len = b.data.len() as u64;
-                if !batches.is_empty() && len > room {
-                    break;
-                }
-                room = room.saturating_sub(len);
-                batches.push((b.base_offset, b.last_offset, b.max_timestamp, b.data.clone()));
-            }
-            let batch_bytes: usize = batches.iter().map(|b| b.3.len()).sum();
-            let write_position = active.size_bytes - active.tail.len() as u64;
-            let data_len = active.tail.len() + batch_bytes;
-            let buffer_len = (data_len as u64).next_multiple_of(PAGE_BYTES);
-            let allocate = active.preallocation_for(write_position + buffer_len, config.segment_bytes);
-            (active.file.clone(), active.log_path.clone(), write_position, buffer_len, batches, allocate)
-        };
-        if let Some(target) = allocate {
-            // The file's size grows with the allocation (no KEEP_SIZE): a
-            // write inside the size is not an extending write, so ext4 takes
-            // it inline under IOCB_NOWAIT instead of punting it to io-wq
-            // worker threads (fio, 16 KiB O_DIRECT writes: 35% less kernel
-            // CPU). Recovery stops at the zeros past the data and trims them;
-            // close and roll trim to the exact size.
-            file.pre_allocate(target, false).await.map_err(|e| LogError::io(&path, e.into()))?;
-            self.active_mut(|active| active.allocated_bytes = target);
+    async fn write_all_locked(&self) -> Result<(), LogError> {
+        // A writer dropped mid-way may have left writes in flight; the next
+        // writes cover the same pages, so wait for those first.
+        drop(self.inner.writes.acquire_permit(WRITES_IN_FLIGHT).await.map_err(|_| LogError::Closed)?);
+        while self.inner.state.borrow().pending_bytes > 0 {
+            self.roll_if_due().await?;
+            self.write_segment_locked().await?;
         }
-        let mut buffer = file.alloc_dma_buffer(buffer_len as usize);
-        let data_len = {
+        Ok(())
+    }
+
+    /// Writes the pending data that fits in the active segment as a pipeline
+    /// of aligned chunks, up to `WRITES_IN_FLIGHT` at once, so the device is
+    /// never idle while the next chunk is copied. Two writes in flight never
+    /// share a page: a chunk followed by more data ends on a page boundary
+    /// (possibly inside a batch), and a chunk that must rewrite the partly
+    /// filled page of the one before waits for it. Batches count as written
+    /// once the writes holding all their bytes complete, in order.
+    async fn write_segment_locked(&self) -> Result<(), LogError> {
+        let (mut issued_end, mut head) = {
             let state = self.inner.state.borrow();
             let active = state.segments.values().next_back().expect("a log always has an active segment");
-            let bytes = buffer.as_bytes_mut();
-            let mut at = active.tail.len();
-            bytes[..at].copy_from_slice(&active.tail);
-            for (_, _, _, data) in &batches {
-                bytes[at..at + data.len()].copy_from_slice(data);
-                at += data.len();
-            }
-            bytes[at..].fill(0);
-            at
+            (active.size_bytes, active.tail.clone())
         };
-        self.injected(InjectedFault::WriteEio, &path)?;
-        let written = file.write_at(buffer, write_position).await.map_err(|e| LogError::io(&path, e.into()))?;
-        if written < data_len {
+        let mut in_flight: VecDeque<WriteInFlight> = VecDeque::new();
+        loop {
+            let must_drain = !head.is_empty() || in_flight.len() as u64 >= WRITES_IN_FLIGHT;
+            while must_drain && !in_flight.is_empty() {
+                self.complete_write(&mut in_flight).await?;
+                if head.is_empty() && (in_flight.len() as u64) < WRITES_IN_FLIGHT {
+                    break;
+                }
+            }
+            let Some(plan) = self.plan_write(issued_end, &head) else { break };
+            if let Some(target) = plan.allocate {
+                // The file's size grows with the allocation (no KEEP_SIZE): a
+                // write inside the size is not an extending write, so ext4
+                // takes it inline under IOCB_NOWAIT instead of punting it to
+                // io-wq worker threads (fio, 16 KiB O_DIRECT writes: 35% less
+                // kernel CPU). Recovery stops at the zeros past the data and
+                // trims them; close and roll trim to the exact size.
+                plan.file.pre_allocate(target, false).await.map_err(|e| LogError::io(&plan.path, e.into()))?;
+                self.active_mut(|active| active.allocated_bytes = active.allocated_bytes.max(target));
+            }
+            self.injected(InjectedFault::WriteEio, &plan.path)?;
+            let permit = self.inner.writes.clone().acquire_static_permit(1).await.map_err(|_| LogError::Closed)?;
+            let WritePlan { file, path, position, buffer, data_end, tail, .. } = plan;
+            let task = glommio::spawn_local(async move {
+                let _permit = permit;
+                file.write_at(buffer, position).await
+            })
+            .detach();
+            in_flight.push_back(WriteInFlight { task, path, data_len: (data_end - position) as usize, data_end });
+            issued_end = data_end;
+            head = tail;
+        }
+        while !in_flight.is_empty() {
+            self.complete_write(&mut in_flight).await?;
+        }
+        Ok(())
+    }
+
+    /// The next chunk to write from `issued_end` (whose partly filled page
+    /// holds `head`), or None when every pending byte that fits in the active
+    /// segment is issued.
+    fn plan_write(&self, issued_end: u64, head: &[u8]) -> Option<WritePlan> {
+        let config = self.inner.config.borrow();
+        let state = self.inner.state.borrow();
+        let active = state.segments.values().next_back()?;
+        let first_pending = state.cache.partition_point(|b| b.base_offset < state.written_end_offset);
+        // Where the eligible data ends: whole batches that fit in the segment
+        // (at least one in an empty segment), plus any batch already begun.
+        let mut position = active.size_bytes;
+        let mut available_end = position;
+        for b in state.cache.range(first_pending..) {
+            let end = position + b.data.len() as u64;
+            let begun = position < issued_end;
+            if !begun && position > 0 && end > config.segment_bytes {
+                break;
+            }
+            available_end = end;
+            position = end;
+        }
+        if available_end <= issued_end {
+            return None;
+        }
+        let start = issued_end - issued_end % PAGE_BYTES;
+        debug_assert_eq!(head.len() as u64, issued_end - start);
+        let data_end = if available_end - issued_end > WRITE_CHUNK_BYTES {
+            let end = (issued_end + WRITE_CHUNK_BYTES) / PAGE_BYTES * PAGE_BYTES;
+            debug_assert!(end > issued_end);
+            end
+        } else {
+            available_end
+        };
+        let buffer_len = (data_end - start).next_multiple_of(PAGE_BYTES);
+        let allocate = active.preallocation_for(start + buffer_len, config.segment_bytes);
+        let mut buffer = active.file.alloc_dma_buffer(buffer_len as usize);
+        let bytes = buffer.as_bytes_mut();
+        bytes[..head.len()].copy_from_slice(head);
+        let mut position = active.size_bytes;
+        for b in state.cache.range(first_pending..) {
+            let end = position + b.data.len() as u64;
+            if position >= data_end {
+                break;
+            }
+            if end > issued_end {
+                let from = issued_end.saturating_sub(position) as usize;
+                let to = (data_end.min(end) - position) as usize;
+                let at = (position + from as u64 - start) as usize;
+                bytes[at..at + to - from].copy_from_slice(&b.data[from..to]);
+            }
+            position = end;
+        }
+        let data_len = (data_end - start) as usize;
+        bytes[data_len..].fill(0);
+        let tail_start = (data_end - data_end % PAGE_BYTES - start) as usize;
+        let tail = bytes[tail_start..data_len].to_vec();
+        Some(WritePlan {
+            file: active.file.clone(),
+            path: active.log_path.clone(),
+            position: start,
+            buffer,
+            data_end,
+            tail,
+            allocate,
+        })
+    }
+
+    /// Waits for the oldest write in flight and accounts every batch it
+    /// completed: index entries, the written end, the partly filled page.
+    async fn complete_write(&self, in_flight: &mut VecDeque<WriteInFlight>) -> Result<(), LogError> {
+        let Some(write) = in_flight.pop_front() else { return Ok(()) };
+        let written = match write.task.await {
+            Some(result) => result.map_err(|e| LogError::io(&write.path, e.into()))?,
+            None => return Err(LogError::io(&write.path, std::io::Error::other("write cancelled"))),
+        };
+        if written < write.data_len {
             return Err(LogError::Io {
-                path: path.display().to_string(),
+                path: write.path.display().to_string(),
                 message: "short write".into(),
                 enospc: false,
             });
@@ -776,35 +885,41 @@ impl Log {
         let index_interval = self.inner.config.borrow().index_interval_bytes;
         let mut state = self.inner.state.borrow_mut();
         let state = &mut *state;
+        let first_pending = state.cache.partition_point(|b| b.base_offset < state.written_end_offset);
         let active = state.segments.values_mut().next_back().expect("a log always has an active segment");
         let mut position = active.size_bytes;
-        for (base_offset, last_offset, max_timestamp, data) in &batches {
+        let mut completed: Vec<Bytes> = Vec::new();
+        for b in state.cache.range(first_pending..) {
+            if position + b.data.len() as u64 > write.data_end {
+                break;
+            }
             if active.bytes_since_index >= index_interval && position > 0 {
                 active.index.push(
                     OffsetEntry {
-                        relative_offset: (base_offset - active.base_offset) as u32,
+                        relative_offset: (b.base_offset - active.base_offset) as u32,
                         position: position as u32,
                     },
                     TimeEntry {
                         max_timestamp: active.max_timestamp,
-                        relative_offset: (base_offset - active.base_offset) as u32,
+                        relative_offset: (b.base_offset - active.base_offset) as u32,
                     },
                 );
                 active.bytes_since_index = 0;
             }
-            active.bytes_since_index += data.len() as u64;
-            active.max_timestamp = active.max_timestamp.max(*max_timestamp);
-            position += data.len() as u64;
-            active.next_offset = last_offset + 1;
+            active.bytes_since_index += b.data.len() as u64;
+            active.max_timestamp = active.max_timestamp.max(b.max_timestamp);
+            position += b.data.len() as u64;
+            active.next_offset = b.last_offset + 1;
+            completed.push(b.data.clone());
+        }
+        if completed.is_empty() {
+            return Ok(());
         }
         let written_bytes = position - active.size_bytes;
-        active.size_bytes = position;
         let tail_len = (position % PAGE_BYTES) as usize;
-        let mut tail = Vec::with_capacity(tail_len);
-        let tail_start = data_len - tail_len;
-        // The last partial page is the end of what we just wrote.
-        tail.extend_from_slice(&self_tail_bytes(&batches, &active.tail, tail_start, tail_len));
-        active.tail = tail;
+        let joined_len = active.tail.len() + written_bytes as usize;
+        active.tail = tail_bytes(&active.tail, &completed, joined_len - tail_len);
+        active.size_bytes = position;
         state.written_end_offset = active.next_offset;
         state.pending_bytes -= written_bytes as usize;
         state.bytes_since_index_persist += written_bytes;
@@ -1027,21 +1142,18 @@ impl Log {
     }
 }
 
-/// The last `tail_len` bytes of (previous tail ++ batches), which start at
-/// `tail_start` in the written buffer.
-fn self_tail_bytes(batches: &[(i64, i64, i64, Bytes)], old_tail: &[u8], tail_start: usize, tail_len: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(tail_len);
+/// The bytes of (previous tail ++ batches) from `from` on: the new partly
+/// filled page.
+fn tail_bytes(old_tail: &[u8], batches: &[Bytes], from: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(PAGE_BYTES as usize);
     let mut at = 0usize;
-    let pieces = std::iter::once(old_tail).chain(batches.iter().map(|b| &b.3[..]));
-    for piece in pieces {
+    for piece in std::iter::once(old_tail).chain(batches.iter().map(|b| &b[..])) {
         let end = at + piece.len();
-        if end > tail_start {
-            let from = tail_start.saturating_sub(at);
-            out.extend_from_slice(&piece[from..]);
+        if end > from {
+            out.extend_from_slice(&piece[from.saturating_sub(at)..]);
         }
         at = end;
     }
-    debug_assert_eq!(out.len(), tail_len);
     out
 }
 
