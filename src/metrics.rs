@@ -261,7 +261,7 @@ pub fn record_rebalance() {
     with(|c| c.rebalances += 1);
 }
 
-fn record_error(api: ApiKey, error: ErrorCode) {
+pub(crate) fn record_error(api: ApiKey, error: ErrorCode) {
     if error != ErrorCode::None {
         with(|c| *c.errors.entry((api as i16, error.code())).or_default() += 1);
     }

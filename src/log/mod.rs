@@ -526,21 +526,30 @@ impl Log {
     /// Reads whole batches from `offset`, up to `max_bytes` (at least one
     /// batch when any is available), never past the high-water mark.
     pub async fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadOutput, LogError> {
+        if let Some(done) = self.read_now(offset, max_bytes) {
+            return done;
+        }
+        let high_watermark = self.high_watermark();
+        let log_start_offset = self.log_start_offset();
+        let batches = self.read_disk(offset, max_bytes, high_watermark).await?;
+        Ok(ReadOutput { batches, high_watermark, log_start_offset })
+    }
+
+    /// `read` without waiting: the answer when it needs no disk read (an
+    /// offset out of range, nothing new, or batches in the tail cache),
+    /// None otherwise.
+    pub fn read_now(&self, offset: i64, max_bytes: usize) -> Option<Result<ReadOutput, LogError>> {
         let high_watermark = self.high_watermark();
         let log_start_offset = self.log_start_offset();
         if offset < log_start_offset || offset > high_watermark {
-            return Err(LogError::OffsetOutOfRange { offset, log_start: log_start_offset, high_watermark });
+            return Some(Err(LogError::OffsetOutOfRange { offset, log_start: log_start_offset, high_watermark }));
         }
         let mut out = ReadOutput { batches: Vec::new(), high_watermark, log_start_offset };
         if offset == high_watermark {
-            return Ok(out);
+            return Some(Ok(out));
         }
-        if let Some(batches) = self.read_cache(offset, max_bytes, high_watermark) {
-            out.batches = batches;
-            return Ok(out);
-        }
-        out.batches = self.read_disk(offset, max_bytes, high_watermark).await?;
-        Ok(out)
+        out.batches = self.read_cache(offset, max_bytes, high_watermark)?;
+        Some(Ok(out))
     }
 
     /// The first offset whose record timestamp is at or after `timestamp`,

@@ -67,23 +67,36 @@ async fn read_once(shard: &Rc<Shard>, body: &FetchRequest) -> Vec<FetchTopicResp
     // returns at least one whole batch, so every partition progresses).
     let requested: usize = body.topics.iter().map(|t| t.partitions.len()).sum();
     let share = (body.max_bytes.max(0) as usize / requested.max(1)).max(1);
+    // Partitions this core can answer at once are answered in place; the
+    // rest (disk reads, other cores) run concurrently.
+    let mut answers: Vec<Option<FetchPartitionResponse>> = Vec::with_capacity(requested);
     let mut reads = Vec::new();
     for topic in &body.topics {
         for partition in &topic.partitions {
+            let p = *partition;
+            let max_bytes = (p.partition_max_bytes.max(0) as usize).min(share);
+            if let Some(answer) = shard.fetch_now(&topic.name, p.index, p.fetch_offset, max_bytes) {
+                answers.push(Some(answer));
+                continue;
+            }
+            let slot = answers.len();
+            answers.push(None);
             let shard = shard.clone();
             let name = topic.name.clone();
-            let p = *partition;
             reads.push(async move {
-                let max_bytes = (p.partition_max_bytes.max(0) as usize).min(share);
                 let op = PartitionOp::Fetch { offset: p.fetch_offset, max_bytes };
-                match shard.partition_op(&name, p.index, op).await {
+                let answer = match shard.partition_op(&name, p.index, op).await {
                     PartitionReply::Fetch(answer) => answer,
                     _ => FetchPartitionResponse::error(p.index, ErrorCode::UnknownServerError),
-                }
+                };
+                (slot, answer)
             });
         }
     }
-    let mut answers = join_all(reads).await.into_iter();
+    for (slot, answer) in join_all(reads).await {
+        answers[slot] = Some(answer);
+    }
+    let mut answers = answers.into_iter().flatten();
     let mut budget = body.max_bytes.max(0) as usize;
     let mut first = true;
     body.topics
