@@ -358,7 +358,6 @@ impl Shard {
         }
         let partition = self.local_partition(topic, index)?;
         let answer = fetch_answer(&partition, partition.log.read_now(offset, max_bytes)?);
-        crate::metrics::record_fetched(&partition.topic, &answer.records);
         crate::metrics::record_error(crate::protocol::ApiKey::Fetch, answer.error);
         Some(answer)
     }
@@ -376,9 +375,7 @@ impl Shard {
         match op {
             PartitionOp::Produce { records, .. } => PartitionReply::Produce(self.produce(&partition, records).await),
             PartitionOp::Fetch { offset, max_bytes } => {
-                let answer = fetch(&partition, offset, max_bytes).await;
-                crate::metrics::record_fetched(&partition.topic, &answer.records);
-                PartitionReply::Fetch(answer)
+                PartitionReply::Fetch(fetch(&partition, offset, max_bytes).await)
             }
             PartitionOp::ListOffsets { timestamp } => {
                 PartitionReply::ListOffsets(list_offsets(&partition, timestamp).await)
@@ -857,9 +854,10 @@ async fn fetch(partition: &Partition, offset: i64, max_bytes: usize) -> FetchPar
     fetch_answer(partition, partition.log.read(offset, max_bytes).await)
 }
 
+/// The answer for one partition's read, counted in the fetch metrics.
 fn fetch_answer(partition: &Partition, read: Result<crate::log::ReadOutput, LogError>) -> FetchPartitionResponse {
     let log = &partition.log;
-    match read {
+    let answer = match read {
         Ok(read) => FetchPartitionResponse {
             index: partition.index,
             error: ErrorCode::None,
@@ -876,7 +874,9 @@ fn fetch_answer(partition: &Partition, read: Result<crate::log::ReadOutput, LogE
             log_start_offset: log.log_start_offset(),
             records: Vec::new(),
         },
-    }
+    };
+    crate::metrics::record_fetched(&partition.topic, &answer.records);
+    answer
 }
 
 async fn list_offsets(partition: &Partition, timestamp: i64) -> ListOffsetsPartitionResponse {
