@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use glommio::{LocalExecutorBuilder, Placement};
 use shardlog::log::{FlushPolicy, InjectedFault, Log, LogConfig, LogError};
 use shardlog::protocol::record_batch::{self, encode_batch, BatchHeader, ProducerFields, Record};
@@ -43,7 +43,7 @@ async fn append_all(log: &Log, batches: &[Bytes]) -> Vec<i64> {
     let mut bases = Vec::new();
     for data in batches {
         let header = record_batch::validate(data, 1 << 20).unwrap();
-        let appended = log.append(data, &header).unwrap();
+        let appended = log.append(BytesMut::from(&data[..]), &header).unwrap();
         log.wait_done(appended.last_offset).await.unwrap();
         bases.push(appended.base_offset);
     }
@@ -177,7 +177,7 @@ fn batches_of_every_size_written_as_a_pipeline_of_chunks_round_trip() {
             let mut last = 0;
             for data in chunk {
                 let header = record_batch::validate(data, 4 << 20).unwrap();
-                last = log.append(data, &header).unwrap().last_offset;
+                last = log.append(BytesMut::from(&data[..]), &header).unwrap().last_offset;
             }
             if round % 2 == 0 {
                 log.sync().await.unwrap();
@@ -227,12 +227,12 @@ fn eio_on_fdatasync_stops_appends_keeps_acknowledged_data_and_survives_reopen() 
         log.inject_fault(InjectedFault::SyncEio);
         let doomed = batch(99, 2, 9_000);
         let header = record_batch::validate(&doomed, 1 << 20).unwrap();
-        let appended = log.append(&doomed, &header).unwrap();
+        let appended = log.append(BytesMut::from(&doomed[..]), &header).unwrap();
         let err = log.wait_done(appended.last_offset).await.unwrap_err();
         assert!(matches!(&err, LogError::Io { message, .. } if message.contains("Input/output error")), "{err}");
         assert!(log.is_failed() && !log.failed_for_space(), "an EIO is not healed by waiting for space");
         // Stopped: nothing more is taken, and nothing unsynced becomes visible.
-        assert!(matches!(log.append(&doomed, &header), Err(LogError::Failed(_))));
+        assert!(matches!(log.append(BytesMut::from(&doomed[..]), &header), Err(LogError::Failed(_))));
         assert_eq!(log.high_watermark(), 100, "the failed batch was never acknowledged");
         same_content(&read_all(&log, 0, 64 << 10).await, &s);
         log.close().await.unwrap();
@@ -264,10 +264,10 @@ fn eio_on_write_fails_the_flush_and_the_log() {
         log.inject_fault(InjectedFault::WriteEio);
         let lost = batch(2, 3, 2_000);
         let header = record_batch::validate(&lost, 1 << 20).unwrap();
-        log.append(&lost, &header).unwrap();
+        log.append(BytesMut::from(&lost[..]), &header).unwrap();
         assert!(log.sync().await.is_err(), "the write error reaches the flush");
         assert!(log.is_failed());
-        assert!(matches!(log.append(&lost, &header), Err(LogError::Failed(_))));
+        assert!(matches!(log.append(BytesMut::from(&lost[..]), &header), Err(LogError::Failed(_))));
         same_content(&read_all(&log, 0, 1 << 20).await[..1], &kept);
         log.close().await.unwrap();
     });
@@ -460,7 +460,7 @@ fn ten_thousand_partitions_open_append_and_reopen() {
         let opened = started.elapsed();
         let header = record_batch::validate(&data, 1 << 20).unwrap();
         for log in &logs {
-            let appended = log.append(&data, &header).unwrap();
+            let appended = log.append(BytesMut::from(&data[..]), &header).unwrap();
             log.wait_done(appended.last_offset).await.unwrap();
         }
         for log in &logs {

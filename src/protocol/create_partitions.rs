@@ -106,7 +106,7 @@ impl CreatePartitionsTopic {
     fn decode(r: &mut Reader) -> DecodeResult<Self> {
         let name = r.string()?;
         let count = r.i32()?;
-        let assignments = match nullable_array_len(r, ASSIGNMENT_BYTES_MIN)? {
+        let assignments = match r.nullable_array_len(ASSIGNMENT_BYTES_MIN)? {
             None => None,
             Some(assignment_count) => {
                 let mut assignments = Vec::with_capacity(assignment_count);
@@ -140,16 +140,6 @@ impl CreatePartitionsTopic {
             }
         }
     }
-}
-
-/// Length of a nullable array: `None` for null (a negative count), otherwise
-/// the count, checked by `Reader::array_len` against what remains.
-fn nullable_array_len(r: &mut Reader, element_bytes_min: usize) -> DecodeResult<Option<usize>> {
-    if r.clone().i32()? < 0 {
-        r.i32()?;
-        return Ok(None);
-    }
-    r.array_len(element_bytes_min).map(Some)
 }
 
 // The smallest encoding of one element of each array, so that a count the

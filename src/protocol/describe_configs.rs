@@ -155,7 +155,7 @@ impl DescribeConfigsResource {
     fn decode(r: &mut Reader) -> DecodeResult<Self> {
         let resource_type = r.i8()?;
         let resource_name = r.string()?;
-        let configuration_keys = match nullable_array_len(r, KEY_BYTES_MIN)? {
+        let configuration_keys = match r.nullable_array_len(KEY_BYTES_MIN)? {
             None => None,
             Some(key_count) => {
                 let mut keys = Vec::with_capacity(key_count);
@@ -223,16 +223,6 @@ impl DescribeConfigsResourceResult {
             w.nullable_string(self.documentation.as_deref());
         }
     }
-}
-
-/// Length of a nullable array: `None` for null (a negative count), otherwise
-/// the count, checked by `Reader::array_len` against what remains.
-fn nullable_array_len(r: &mut Reader, element_bytes_min: usize) -> DecodeResult<Option<usize>> {
-    if r.clone().i32()? < 0 {
-        r.i32()?;
-        return Ok(None);
-    }
-    r.array_len(element_bytes_min).map(Some)
 }
 
 // The smallest encoding of one element of each array, so that a count the

@@ -1,31 +1,33 @@
-//! Produce (key 0), versions 3–8. Record sets stay `Bytes` slices of the
-//! received frame; the handler validates and appends them.
+//! Produce (key 0), versions 3–8. Decoded record sets are uniquely owned
+//! slices of the received frame (`BytesMut`: the log patches offsets into
+//! them in place); requests to encode hold shared `Bytes`.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use super::{DecodeResult, ErrorCode, Reader, Writer};
 
+/// A produce request; `R` is how record sets are held (see the module doc).
 #[derive(Debug, Clone)]
-pub struct ProduceRequest {
+pub struct ProduceRequest<R = Bytes> {
     pub transactional_id: Option<String>,
     pub acks: i16,
     pub timeout_ms: i32,
-    pub topics: Vec<ProduceTopic>,
+    pub topics: Vec<ProduceTopic<R>>,
 }
 
 #[derive(Debug, Clone)]
-pub struct ProduceTopic {
+pub struct ProduceTopic<R = Bytes> {
     pub name: String,
-    pub partitions: Vec<ProducePartition>,
+    pub partitions: Vec<ProducePartition<R>>,
 }
 
 #[derive(Debug, Clone)]
-pub struct ProducePartition {
+pub struct ProducePartition<R = Bytes> {
     pub index: i32,
-    pub records: Option<Bytes>,
+    pub records: Option<R>,
 }
 
-impl ProduceRequest {
+impl ProduceRequest<BytesMut> {
     pub fn decode(r: &mut Reader, _version: i16) -> DecodeResult<Self> {
         let transactional_id = r.nullable_string()?;
         let acks = r.i16()?;
@@ -38,14 +40,16 @@ impl ProduceRequest {
             let mut partitions = Vec::with_capacity(partition_count);
             for _ in 0..partition_count {
                 let index = r.i32()?;
-                let records = r.nullable_bytes()?;
+                let records = r.nullable_bytes_mut()?;
                 partitions.push(ProducePartition { index, records });
             }
             topics.push(ProduceTopic { name, partitions });
         }
         Ok(Self { transactional_id, acks, timeout_ms, topics })
     }
+}
 
+impl ProduceRequest<Bytes> {
     pub fn encode(&self, w: &mut Writer) {
         w.nullable_string(self.transactional_id.as_deref());
         w.i16(self.acks);

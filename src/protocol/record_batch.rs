@@ -222,18 +222,34 @@ pub fn patch(batch: &mut [u8], base_offset: i64, leader_epoch: i32) {
 /// A trailing partial batch (allowed in fetch responses) is ignored.
 pub fn split_batches(mut data: Bytes, batch_bytes_max: usize) -> Result<Vec<Bytes>, BatchError> {
     let mut out = Vec::new();
-    while data.len() >= LENGTH_PREFIX_BYTES {
-        let batch_length = read_i32(&data, BATCH_LENGTH_AT);
-        let size = i64::from(batch_length) + LENGTH_PREFIX_BYTES as i64;
-        if size < HEADER_BYTES as i64 || size > batch_bytes_max.min(i32::MAX as usize) as i64 {
-            return Err(BatchError::BadLength(i64::from(batch_length)));
-        }
-        if size as usize > data.len() {
-            break;
-        }
-        out.push(data.split_to(size as usize));
+    while let Some(size) = next_batch_size(&data, batch_bytes_max)? {
+        out.push(data.split_to(size));
     }
     Ok(out)
+}
+
+/// `split_batches` for a uniquely owned record set (a produce request's):
+/// the batches stay uniquely owned, so offsets can be patched in place.
+pub fn split_batches_mut(mut data: BytesMut, batch_bytes_max: usize) -> Result<Vec<BytesMut>, BatchError> {
+    let mut out = Vec::new();
+    while let Some(size) = next_batch_size(&data, batch_bytes_max)? {
+        out.push(data.split_to(size));
+    }
+    Ok(out)
+}
+
+/// Size of the whole batch at the start of `data`; None when `data` holds
+/// no whole batch.
+fn next_batch_size(data: &[u8], batch_bytes_max: usize) -> Result<Option<usize>, BatchError> {
+    if data.len() < LENGTH_PREFIX_BYTES {
+        return Ok(None);
+    }
+    let batch_length = read_i32(data, BATCH_LENGTH_AT);
+    let size = i64::from(batch_length) + LENGTH_PREFIX_BYTES as i64;
+    if size < HEADER_BYTES as i64 || size > batch_bytes_max.min(i32::MAX as usize) as i64 {
+        return Err(BatchError::BadLength(i64::from(batch_length)));
+    }
+    Ok((size as usize <= data.len()).then_some(size as usize))
 }
 
 /// One record to encode into a batch.

@@ -34,24 +34,29 @@ pub enum DecodeError {
 pub type DecodeResult<T> = Result<T, DecodeError>;
 
 /// A cursor over one received frame. Slices it hands out share the frame's
-/// memory (`Bytes`), so record batches are never copied while decoding.
-#[derive(Debug, Clone)]
+/// memory, so record batches are never copied while decoding; record sets
+/// come out uniquely owned (`BytesMut`), so the log can patch offsets into
+/// them in place.
+#[derive(Debug)]
 pub struct Reader {
-    buf: Bytes,
+    /// What has not been handed out as a slice yet; reading resumes at `pos`.
+    buf: BytesMut,
     pos: usize,
 }
 
 impl Reader {
+    /// A reader over a shared buffer: copies it when other references to it
+    /// are alive, so slices it hands out can be owned uniquely.
     pub fn new(buf: Bytes) -> Self {
+        Self::from_frame(BytesMut::from(buf))
+    }
+
+    pub fn from_frame(buf: BytesMut) -> Self {
         Self { buf, pos: 0 }
     }
 
     pub fn remaining(&self) -> usize {
         self.buf.len() - self.pos
-    }
-
-    pub fn position(&self) -> usize {
-        self.pos
     }
 
     fn take(&mut self, len: usize) -> DecodeResult<&[u8]> {
@@ -64,12 +69,17 @@ impl Reader {
     }
 
     pub fn take_bytes(&mut self, len: usize) -> DecodeResult<Bytes> {
+        self.take_bytes_mut(len).map(BytesMut::freeze)
+    }
+
+    /// The next `len` bytes as a buffer of their own (no copy).
+    pub fn take_bytes_mut(&mut self, len: usize) -> DecodeResult<BytesMut> {
         if len > self.remaining() {
             return Err(DecodeError::Truncated { needed: len, remaining: self.remaining() });
         }
-        let out = self.buf.slice(self.pos..self.pos + len);
-        self.pos += len;
-        Ok(out)
+        bytes::Buf::advance(&mut self.buf, self.pos);
+        self.pos = 0;
+        Ok(self.buf.split_to(len))
     }
 
     pub fn i8(&mut self) -> DecodeResult<i8> {
@@ -186,11 +196,16 @@ impl Reader {
     }
 
     pub fn nullable_bytes(&mut self) -> DecodeResult<Option<Bytes>> {
+        Ok(self.nullable_bytes_mut()?.map(BytesMut::freeze))
+    }
+
+    /// Nullable bytes (classic encoding) as a buffer of their own.
+    pub fn nullable_bytes_mut(&mut self) -> DecodeResult<Option<BytesMut>> {
         let len = self.i32()?;
         if len < 0 {
             return Ok(None);
         }
-        self.take_bytes(len as usize).map(Some)
+        self.take_bytes_mut(len as usize).map(Some)
     }
 
     pub fn bytes(&mut self) -> DecodeResult<Bytes> {
@@ -227,6 +242,16 @@ impl Reader {
     pub fn array_len(&mut self, element_bytes_min: usize) -> DecodeResult<usize> {
         let count = self.i32()?;
         self.check_count(i64::from(count), element_bytes_min)
+    }
+
+    /// Length of a nullable array: `None` for null (a negative count),
+    /// otherwise the count, checked like `array_len`.
+    pub fn nullable_array_len(&mut self, element_bytes_min: usize) -> DecodeResult<Option<usize>> {
+        let count = self.i32()?;
+        if count < 0 {
+            return Ok(None);
+        }
+        self.check_count(i64::from(count), element_bytes_min).map(Some)
     }
 
     pub fn compact_array_len(&mut self, element_bytes_min: usize) -> DecodeResult<usize> {
@@ -462,6 +487,37 @@ mod tests {
         w.i32(i32::MAX);
         let mut r = Reader::new(w.into_bytes());
         assert!(matches!(r.array_len(4), Err(DecodeError::ArrayTooLong { .. })));
+    }
+
+    #[test]
+    fn byte_fields_are_slices_of_the_frame_owned_apart_from_each_other() {
+        let mut frame = BytesMut::new();
+        frame.put_i32(3);
+        frame.put_slice(b"abc");
+        frame.put_i32(2);
+        frame.put_slice(b"de");
+        frame.put_i16(7);
+        let start = frame.as_ptr() as usize;
+        let mut r = Reader::from_frame(frame);
+        let mut first = r.nullable_bytes_mut().unwrap().unwrap();
+        assert_eq!(first.as_ptr() as usize, start + 4, "not copied out of the frame");
+        first.copy_from_slice(b"xyz");
+        let second = r.nullable_bytes().unwrap().unwrap();
+        assert_eq!(second.as_ptr() as usize, start + 11);
+        assert_eq!(&second[..], b"de", "writing one slice leaves the next alone");
+        assert_eq!(r.i16().unwrap(), 7);
+        assert_eq!(r.remaining(), 0);
+        assert!(matches!(r.take_bytes_mut(1), Err(DecodeError::Truncated { needed: 1, remaining: 0 })));
+    }
+
+    #[test]
+    fn a_null_array_reads_as_none_and_a_count_beyond_the_frame_is_refused() {
+        let mut w = Writer::new();
+        w.i32(-1);
+        w.i32(1_000);
+        let mut r = Reader::new(w.into_bytes());
+        assert_eq!(r.nullable_array_len(4), Ok(None));
+        assert!(matches!(r.nullable_array_len(4), Err(DecodeError::ArrayTooLong { count: 1_000, .. })));
     }
 
     #[test]

@@ -82,7 +82,7 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, _slot: super::limits::Co
 async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
     shard: &Rc<Shard>,
     reader: &mut R,
-) -> Result<Option<(Bytes, glommio::sync::StaticPermit)>, String> {
+) -> Result<Option<(BytesMut, glommio::sync::StaticPermit)>, String> {
     let config = &shard.config;
     let mut size = [0u8; 4];
     let idle = Duration::from_millis(config.idle_timeout_ms);
@@ -100,7 +100,7 @@ async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
     let mut frame = BytesMut::zeroed(size as usize);
     let read_timeout = Duration::from_millis(config.request_read_timeout_ms);
     match with_timeout(read_timeout, reader.read_exact(&mut frame)).await {
-        Some(Ok(())) => Ok(Some((frame.freeze(), permit))),
+        Some(Ok(())) => Ok(Some((frame, permit))),
         Some(Err(e)) => Err(e.to_string()),
         None => Err("request read timeout".into()),
     }

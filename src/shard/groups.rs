@@ -17,7 +17,7 @@ use std::path::Path;
 use std::rc::Rc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::channel::oneshot;
 
 use crate::group::GroupConfig;
@@ -299,7 +299,7 @@ fn append_records(log: &Log, records: &[OffsetRecord]) -> Result<Option<i64>, Er
         }
         let batch: Bytes = encode_batch(&encoded, crate::log::now_ms() as i64, ProducerFields::NONE);
         let header = record_batch::BatchHeader::parse(&batch, usize::MAX).map_err(|e| e.error_code())?;
-        let appended = log.append(&batch, &header).map_err(|e| crate::shard::log_error_code(&e))?;
+        let appended = log.append(BytesMut::from(batch), &header).map_err(|e| crate::shard::log_error_code(&e))?;
         last = Some(appended.last_offset);
     }
     Ok(last)

@@ -17,7 +17,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::BytesMut;
 use event_listener::Event;
 use futures::StreamExt;
 use glommio::sync::Semaphore;
@@ -38,7 +38,7 @@ use partition::{Partition, SequenceCheck};
 /// Work for a partition, run on the core that owns it.
 #[derive(Debug, Clone)]
 pub enum PartitionOp {
-    Produce { records: Option<Bytes>, acks: i16 },
+    Produce { records: Option<BytesMut>, acks: i16 },
     Fetch { offset: i64, max_bytes: usize },
     ListOffsets { timestamp: i64 },
     DeleteRecords { offset: i64 },
@@ -402,7 +402,7 @@ impl Shard {
 
     /// Validates, de-duplicates and appends one partition's record set. The
     /// appends happen before the first await, so requests keep their order.
-    async fn produce(&self, partition: &Partition, records: Option<Bytes>) -> ProducePartitionResponse {
+    async fn produce(&self, partition: &Partition, records: Option<BytesMut>) -> ProducePartitionResponse {
         let index = partition.index;
         let Some(records) = records else {
             return ProducePartitionResponse::error(index, ErrorCode::CorruptMessage);
@@ -415,15 +415,15 @@ impl Shard {
         };
         let mut first_offset = None;
         let mut last_appended = None;
-        for (data, header) in &batches {
-            match partition.check_sequence(header) {
+        for (data, header) in batches {
+            match partition.check_sequence(&header) {
                 Ok(SequenceCheck::Duplicate { base_offset }) => {
                     first_offset.get_or_insert(base_offset);
                 }
-                Ok(SequenceCheck::Append) => match log.append(data, header) {
+                Ok(SequenceCheck::Append) => match log.append(data, &header) {
                     Ok(appended) => {
-                        crate::metrics::record_produced(&partition.topic, data.len(), header.record_count);
-                        partition.record_sequence(header, appended.base_offset);
+                        crate::metrics::record_produced(&partition.topic, header.size_bytes, header.record_count);
+                        partition.record_sequence(&header, appended.base_offset);
                         first_offset.get_or_insert(appended.base_offset);
                         last_appended = Some(appended.last_offset);
                     }
@@ -824,15 +824,15 @@ impl Shard {
 }
 
 fn split_and_validate(
-    records: Bytes,
+    records: BytesMut,
     batch_bytes_max: usize,
-) -> Result<Vec<(Bytes, record_batch::BatchHeader)>, ErrorCode> {
+) -> Result<Vec<(BytesMut, record_batch::BatchHeader)>, ErrorCode> {
     if records.len() > batch_bytes_max.saturating_mul(64) {
         return Err(ErrorCode::RecordListTooLarge);
     }
     let total = records.len();
-    let batches = record_batch::split_batches(records, usize::MAX).map_err(|e| e.error_code())?;
-    let consumed: usize = batches.iter().map(Bytes::len).sum();
+    let batches = record_batch::split_batches_mut(records, usize::MAX).map_err(|e| e.error_code())?;
+    let consumed: usize = batches.iter().map(BytesMut::len).sum();
     if consumed != total || batches.is_empty() {
         return Err(ErrorCode::CorruptMessage);
     }

@@ -19,7 +19,7 @@ mod produce;
 
 use std::rc::Rc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use crate::protocol::{self, ApiKey, ParsedHeader, Reader, Request, Writer};
 use crate::shard::Shard;
@@ -34,8 +34,8 @@ pub enum Outcome {
 }
 
 /// Handles one frame (header and body).
-pub async fn handle(shard: &Rc<Shard>, frame: Bytes, peer: &str) -> Outcome {
-    let mut reader = Reader::new(frame);
+pub async fn handle(shard: &Rc<Shard>, frame: BytesMut, peer: &str) -> Outcome {
+    let mut reader = Reader::from_frame(frame);
     let request = match protocol::parse_header(&mut reader) {
         Ok(ParsedHeader::Supported(request)) => request,
         Ok(ParsedHeader::Unsupported(header)) if header.api_key == ApiKey::ApiVersions as i16 => {

@@ -13,7 +13,7 @@ use crate::shard::{PartitionOp, PartitionReply, Shard};
 
 pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -> DecodeResult<Outcome> {
     let version = request.header.api_version;
-    let body = ProduceRequest::decode(reader, version)?;
+    let mut body = ProduceRequest::decode(reader, version)?;
     let acks = body.acks;
     let image = shard.image();
     let missing: Vec<String> =
@@ -23,10 +23,10 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
     }
     let valid_acks = matches!(acks, -1..=1);
     let mut pending = Vec::new();
-    for topic in &body.topics {
-        for partition in &topic.partitions {
+    for topic in &mut body.topics {
+        for partition in &mut topic.partitions {
             let shard = shard.clone();
-            let (name, index, records) = (topic.name.clone(), partition.index, partition.records.clone());
+            let (name, index, records) = (topic.name.clone(), partition.index, partition.records.take());
             pending.push(async move {
                 if !valid_acks {
                     return ProducePartitionResponse::error(index, ErrorCode::InvalidRequiredAcks);
