@@ -15,7 +15,7 @@ use super::payload::ValueHeader;
 use super::verify::{SequenceCheck, StreamId};
 use crate::client::pipelined::{ConnectionOptions, Nodes};
 use crate::protocol::fetch::{FetchPartition, FetchRequest, FetchResponse, FetchTopic};
-use crate::protocol::record_batch::{decode_records, BatchHeader};
+use crate::protocol::record_batch::{record_views, BatchHeader};
 use crate::protocol::ApiKey;
 
 /// Long-poll time of a fetch; also how late a consumer may notice the end.
@@ -125,15 +125,16 @@ async fn fetch_loop(
                     read.offset = header.last_offset() + 1;
                     continue;
                 }
-                let records = decode_records(batch).map_err(|e| format!("fetched batch: {e}"))?;
+                let records = record_views(batch).map_err(|e| format!("fetched batch: {e}"))?;
                 let mut tally = Tally::default();
                 for record in records {
+                    let record = record.map_err(|e| format!("fetched batch: {e}"))?;
                     let offset = header.base_offset + i64::from(record.offset_delta);
                     if offset < read.offset {
                         continue;
                     }
-                    let value = record.value.as_deref().unwrap_or_default();
-                    let bytes = (value.len() + record.key.as_ref().map_or(0, |k| k.len())) as u64;
+                    let value = record.value.unwrap_or_default();
+                    let bytes = (value.len() + record.key.map_or(0, <[u8]>::len)) as u64;
                     tally.observe(&shared, &mut seen, read.index, value, bytes, receipt_us);
                 }
                 tally.apply(&shared, &mut stats.borrow_mut());

@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use event_listener::Event;
 use futures::channel::oneshot;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
@@ -279,15 +279,16 @@ impl Shared {
 }
 
 async fn read_loop<R: futures_lite::AsyncRead + Unpin>(shared: Rc<Shared>, mut reader: R) {
+    let mut buffer = BytesMut::new();
     let reason = loop {
-        let frame = match read_frame(&mut reader).await {
+        let frame = match read_frame(&mut reader, &mut buffer).await {
             Ok(frame) => frame,
             Err(reason) => break reason,
         };
         let Some(pending) = shared.pending.borrow_mut().pop_front() else {
             break "a response arrived for no request".to_string();
         };
-        let mut body = Reader::new(frame);
+        let mut body = Reader::from_frame(frame);
         let answer = match body.i32() {
             Ok(got) if got == pending.correlation_id => {
                 if pending.flexible_header {
@@ -308,16 +309,22 @@ async fn read_loop<R: futures_lite::AsyncRead + Unpin>(shared: Rc<Shared>, mut r
     shared.fail(reason);
 }
 
-async fn read_frame<R: futures_lite::AsyncRead + Unpin>(reader: &mut R) -> Result<Bytes, String> {
+/// Reads one response into `buffer`, whose memory is reused once the
+/// frames read before it are dropped (no fresh pages to fault in per fetch).
+async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
+    reader: &mut R,
+    buffer: &mut BytesMut,
+) -> Result<BytesMut, String> {
     let mut size = [0u8; 4];
     reader.read_exact(&mut size).await.map_err(|e| format!("read: {e}"))?;
     let size = i32::from_be_bytes(size);
     if size < 4 || size as usize > RESPONSE_BYTES_MAX {
         return Err(format!("response frame of {size} bytes"));
     }
-    let mut frame = vec![0u8; size as usize];
-    reader.read_exact(&mut frame).await.map_err(|e| format!("read: {e}"))?;
-    Ok(Bytes::from(frame))
+    buffer.clear();
+    buffer.resize(size as usize, 0);
+    reader.read_exact(buffer).await.map_err(|e| format!("read: {e}"))?;
+    Ok(buffer.split())
 }
 
 async fn write_loop<W: futures_lite::AsyncWrite + Unpin>(shared: Rc<Shared>, mut writer: W) {

@@ -317,59 +317,110 @@ pub fn encode_batch(records: &[Record], base_timestamp: i64, producer: ProducerF
 
 /// Decodes the records of an uncompressed batch (client side, tests).
 pub fn decode_records(batch: &[u8]) -> Result<Vec<Record>, BatchError> {
+    let owned = |field: Option<&[u8]>| field.map(Bytes::copy_from_slice);
+    let mut out = Vec::new();
+    for view in record_views(batch)? {
+        let view = view?;
+        let mut headers = Vec::with_capacity(view.header_count);
+        let mut rest = view.headers;
+        for _ in 0..view.header_count {
+            let key = take_field(&mut rest)?.ok_or(BatchError::BadRecords("null header key"))?;
+            let key = String::from_utf8(key.to_vec()).map_err(|_| BatchError::BadRecords("header key utf8"))?;
+            headers.push((key, owned(take_field(&mut rest)?)));
+        }
+        out.push(Record {
+            key: owned(view.key),
+            value: owned(view.value),
+            headers,
+            timestamp_delta: view.timestamp_delta,
+            offset_delta: view.offset_delta,
+        });
+    }
+    Ok(out)
+}
+
+/// One record of an uncompressed batch, its fields borrowed from the batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordView<'a> {
+    pub timestamp_delta: i64,
+    pub offset_delta: i32,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    pub header_count: usize,
+    /// The encoded headers (`header_count` of them).
+    pub headers: &'a [u8],
+}
+
+/// The records of an uncompressed batch, without copying (a consumer that
+/// only looks at them). Stops after the first malformed record.
+pub fn record_views(batch: &[u8]) -> Result<RecordViews<'_>, BatchError> {
     let header = BatchHeader::parse(batch, usize::MAX)?;
     if header.compression() != 0 {
         return Err(BatchError::BadRecords("compressed batch"));
     }
     let end = header.size_bytes.min(batch.len());
-    let mut data = &batch[HEADER_BYTES..end];
-    let mut out = Vec::new();
-    while !data.is_empty() {
-        let (len, used) = read_varint(data).ok_or(BatchError::BadRecords("length"))?;
-        if len < 0 || len as usize > data.len() - used {
-            return Err(BatchError::BadRecords("record length"));
+    Ok(RecordViews { data: &batch[HEADER_BYTES..end] })
+}
+
+pub struct RecordViews<'a> {
+    data: &'a [u8],
+}
+
+impl<'a> Iterator for RecordViews<'a> {
+    type Item = Result<RecordView<'a>, BatchError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.data.is_empty() {
+            return None;
         }
-        let mut rec = &data[used..used + len as usize];
-        data = &data[used + len as usize..];
-        let take_varint = |rec: &mut &[u8]| -> Result<i64, BatchError> {
-            let (v, n) = read_varint(rec).ok_or(BatchError::BadRecords("varint"))?;
-            *rec = &rec[n..];
-            Ok(v)
-        };
-        let take_opt = |rec: &mut &[u8]| -> Result<Option<Bytes>, BatchError> {
-            let (len, n) = read_varint(rec).ok_or(BatchError::BadRecords("varint"))?;
-            *rec = &rec[n..];
-            if len < 0 {
-                return Ok(None);
-            }
-            if len as usize > rec.len() {
-                return Err(BatchError::BadRecords("field length"));
-            }
-            let out = Bytes::copy_from_slice(&rec[..len as usize]);
-            *rec = &rec[len as usize..];
-            Ok(Some(out))
-        };
-        if rec.is_empty() {
-            return Err(BatchError::BadRecords("attributes"));
+        let view = next_record(&mut self.data);
+        if view.is_err() {
+            self.data = &[];
         }
-        rec = &rec[1..];
-        let timestamp_delta = take_varint(&mut rec)?;
-        let offset_delta = take_varint(&mut rec)? as i32;
-        let key = take_opt(&mut rec)?;
-        let value = take_opt(&mut rec)?;
-        let header_count = take_varint(&mut rec)?;
-        if header_count < 0 || header_count as usize > rec.len() {
-            return Err(BatchError::BadRecords("header count"));
-        }
-        let mut headers = Vec::with_capacity(header_count as usize);
-        for _ in 0..header_count {
-            let key = take_opt(&mut rec)?.ok_or(BatchError::BadRecords("null header key"))?;
-            let key = String::from_utf8(key.to_vec()).map_err(|_| BatchError::BadRecords("header key utf8"))?;
-            headers.push((key, take_opt(&mut rec)?));
-        }
-        out.push(Record { key, value, headers, timestamp_delta, offset_delta });
+        Some(view)
     }
-    Ok(out)
+}
+
+fn next_record<'a>(data: &mut &'a [u8]) -> Result<RecordView<'a>, BatchError> {
+    let len = take_varint(data)?;
+    if len < 0 || len as usize > data.len() {
+        return Err(BatchError::BadRecords("record length"));
+    }
+    let mut rec = &data[..len as usize];
+    *data = &data[len as usize..];
+    if rec.is_empty() {
+        return Err(BatchError::BadRecords("attributes"));
+    }
+    rec = &rec[1..];
+    let timestamp_delta = take_varint(&mut rec)?;
+    let offset_delta = take_varint(&mut rec)? as i32;
+    let key = take_field(&mut rec)?;
+    let value = take_field(&mut rec)?;
+    let header_count = take_varint(&mut rec)?;
+    if header_count < 0 || header_count as usize > rec.len() {
+        return Err(BatchError::BadRecords("header count"));
+    }
+    Ok(RecordView { timestamp_delta, offset_delta, key, value, header_count: header_count as usize, headers: rec })
+}
+
+fn take_varint(rec: &mut &[u8]) -> Result<i64, BatchError> {
+    let (v, n) = read_varint(rec).ok_or(BatchError::BadRecords("varint"))?;
+    *rec = &rec[n..];
+    Ok(v)
+}
+
+/// A length-prefixed (varint) nullable field.
+fn take_field<'a>(rec: &mut &'a [u8]) -> Result<Option<&'a [u8]>, BatchError> {
+    let len = take_varint(rec)?;
+    if len < 0 {
+        return Ok(None);
+    }
+    if len as usize > rec.len() {
+        return Err(BatchError::BadRecords("field length"));
+    }
+    let (field, rest) = rec.split_at(len as usize);
+    *rec = rest;
+    Ok(Some(field))
 }
 
 fn put_varlong(buf: &mut BytesMut, v: i64) {
