@@ -126,6 +126,11 @@ struct ServeArgs {
     /// Bytes of requests in flight per core before readers wait [default: 268435456].
     #[arg(long, env = "SHARDLOG_IN_FLIGHT_BYTES_MAX")]
     in_flight_bytes_max: Option<usize>,
+    /// Memory for recently written batches (the tail cache that serves
+    /// consumers instead of the page cache shardlog bypasses), all cores
+    /// together, split evenly; 0 = a quarter of physical memory [default: 0].
+    #[arg(long, env = "SHARDLOG_CACHE_BYTES_MAX")]
+    cache_bytes_max: Option<u64>,
     /// Open client connections, whole node [default: 50000].
     #[arg(long, env = "SHARDLOG_CONNECTIONS_MAX")]
     connections_max: Option<usize>,
@@ -209,6 +214,7 @@ impl ServeArgs {
             auto_create_topics => config.auto_create_topics,
             request_bytes_max => config.request_bytes_max,
             in_flight_bytes_max => config.in_flight_bytes_max,
+            cache_bytes_max => config.cache_bytes_max,
             connections_max => config.connections_max,
             connections_per_ip_max => config.connections_per_ip_max,
             idle_timeout_ms => config.idle_timeout_ms,

@@ -94,8 +94,9 @@ pub struct LogConfig {
     pub index_interval_bytes: u64,
     /// Largest batch accepted (`max.message.bytes`).
     pub batch_bytes_max: usize,
-    /// Written batches kept in memory for tail reads (at most; the logs of
-    /// a core also share `CORE_CACHE_BYTES_MAX_DEFAULT`).
+    /// Written batches kept in memory for tail reads, at most; the logs of
+    /// a core also share the core's budget (`set_core_cache_bytes_max`)
+    /// evenly.
     pub cache_bytes_max: usize,
     /// Unwritten bytes beyond which appends wait for the writer.
     pub pending_bytes_max: usize,
@@ -113,7 +114,7 @@ impl Default for LogConfig {
             flush: FlushPolicy::Always,
             index_interval_bytes: 4096,
             batch_bytes_max: 1024 * 1024 + 12,
-            cache_bytes_max: 1 << 20,
+            cache_bytes_max: 1 << 30,
             pending_bytes_max: 8 << 20,
             leader_epoch: 0,
         }
@@ -1314,10 +1315,10 @@ async fn open_segment(
     })
 }
 
-/// Written batches the logs of one core keep for tail reads, all together.
-/// Each log caches `cache_bytes_max` or an even share of this, whichever is
-/// smaller, so that ten thousand busy partitions do not hold a megabyte
-/// each (unwritten batches always stay cached until written).
+/// Written batches the logs of one core keep for tail reads, all together,
+/// unless the core sets its own budget (the broker does: `--cache-bytes-max`).
+/// Each log caches `cache_bytes_max` or an even share of the budget,
+/// whichever is smaller (unwritten batches always stay cached until written).
 pub const CORE_CACHE_BYTES_MAX_DEFAULT: usize = 256 << 20;
 
 thread_local! {

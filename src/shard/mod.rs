@@ -38,11 +38,25 @@ use partition::{Partition, SequenceCheck};
 /// Work for a partition, run on the core that owns it.
 #[derive(Debug, Clone)]
 pub enum PartitionOp {
-    Produce { records: Option<BytesMut>, acks: i16 },
-    Fetch { offset: i64, max_bytes: usize },
-    ListOffsets { timestamp: i64 },
-    DeleteRecords { offset: i64 },
-    OffsetForLeaderEpoch { leader_epoch: i32 },
+    /// `records` is a slice of a request of `request_bytes`.
+    Produce {
+        records: Option<BytesMut>,
+        acks: i16,
+        request_bytes: usize,
+    },
+    Fetch {
+        offset: i64,
+        max_bytes: usize,
+    },
+    ListOffsets {
+        timestamp: i64,
+    },
+    DeleteRecords {
+        offset: i64,
+    },
+    OffsetForLeaderEpoch {
+        leader_epoch: i32,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -373,7 +387,9 @@ impl Shard {
             return error_reply(&op, index, code);
         };
         match op {
-            PartitionOp::Produce { records, .. } => PartitionReply::Produce(self.produce(&partition, records).await),
+            PartitionOp::Produce { records, request_bytes, .. } => {
+                PartitionReply::Produce(self.produce(&partition, records, request_bytes).await)
+            }
             PartitionOp::Fetch { offset, max_bytes } => {
                 PartitionReply::Fetch(fetch(&partition, offset, max_bytes).await)
             }
@@ -402,7 +418,12 @@ impl Shard {
 
     /// Validates, de-duplicates and appends one partition's record set. The
     /// appends happen before the first await, so requests keep their order.
-    async fn produce(&self, partition: &Partition, records: Option<BytesMut>) -> ProducePartitionResponse {
+    async fn produce(
+        &self,
+        partition: &Partition,
+        records: Option<BytesMut>,
+        request_bytes: usize,
+    ) -> ProducePartitionResponse {
         let index = partition.index;
         let Some(records) = records else {
             return ProducePartitionResponse::error(index, ErrorCode::CorruptMessage);
@@ -420,7 +441,7 @@ impl Shard {
                 Ok(SequenceCheck::Duplicate { base_offset }) => {
                     first_offset.get_or_insert(base_offset);
                 }
-                Ok(SequenceCheck::Append) => match log.append(data, &header) {
+                Ok(SequenceCheck::Append) => match log.append(owned_for_cache(data, request_bytes), &header) {
                     Ok(appended) => {
                         crate::metrics::record_produced(&partition.topic, header.size_bytes, header.record_count);
                         partition.record_sequence(&header, appended.base_offset);
@@ -823,6 +844,18 @@ impl Shard {
     }
 }
 
+/// A batch the tail cache may keep: the request's slice itself when the
+/// batch is at least half of the request, otherwise a copy, so that a small
+/// batch in a long cache never keeps a large request's memory alive (what
+/// the cache holds stays within twice what it counts).
+fn owned_for_cache(batch: BytesMut, request_bytes: usize) -> BytesMut {
+    if batch.len().saturating_mul(2) >= request_bytes {
+        batch
+    } else {
+        BytesMut::from(&batch[..])
+    }
+}
+
 fn split_and_validate(
     records: BytesMut,
     batch_bytes_max: usize,
@@ -941,5 +974,24 @@ fn error_reply(op: &PartitionOp, index: i32, code: ErrorCode) -> PartitionReply 
         PartitionOp::OffsetForLeaderEpoch { .. } => {
             PartitionReply::OffsetForLeaderEpoch { leader_epoch: -1, end_offset: -1, error: code }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_that_is_most_of_its_request_is_cached_in_place_a_small_one_is_copied() {
+        let mut request = BytesMut::from(&[7u8; 1000][..]);
+        let big = request.split_to(600);
+        let small = request.split_to(100);
+        let (big_at, small_at) = (big.as_ptr(), small.as_ptr());
+        let big = owned_for_cache(big, 1000);
+        let small = owned_for_cache(small, 1000);
+        assert_eq!(big.as_ptr(), big_at, "half or more of the request: no copy");
+        assert_ne!(small.as_ptr(), small_at, "a small share of the request: its own buffer");
+        assert_eq!(&small[..], &[7u8; 100][..]);
+        assert_eq!(small.capacity(), 100);
     }
 }

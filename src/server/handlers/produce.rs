@@ -13,6 +13,7 @@ use crate::shard::{PartitionOp, PartitionReply, Shard};
 
 pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -> DecodeResult<Outcome> {
     let version = request.header.api_version;
+    let request_bytes = reader.remaining();
     let mut body = ProduceRequest::decode(reader, version)?;
     let acks = body.acks;
     let image = shard.image();
@@ -31,7 +32,7 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
                 if !valid_acks {
                     return ProducePartitionResponse::error(index, ErrorCode::InvalidRequiredAcks);
                 }
-                match shard.partition_op(&name, index, PartitionOp::Produce { records, acks }).await {
+                match shard.partition_op(&name, index, PartitionOp::Produce { records, acks, request_bytes }).await {
                     PartitionReply::Produce(answer) => answer,
                     _ => ProducePartitionResponse::error(index, ErrorCode::UnknownServerError),
                 }
