@@ -101,7 +101,7 @@ pub struct ServeConfig {
     /// Bytes of requests being read or served per core; readers wait when
     /// it is spent, so producers slow down instead of exhausting memory.
     pub in_flight_bytes_max: usize,
-    /// Tail cache of all cores together, split evenly; 0 = a quarter of
+    /// Tail cache of all cores together, split evenly; 0 = a sixteenth of
     /// physical memory.
     pub cache_bytes_max: u64,
     /// Open client connections, all cores together.
@@ -184,7 +184,7 @@ impl ServeConfig {
     /// Each core's share of the tail cache.
     pub fn cache_bytes_per_core(&self) -> usize {
         let total = match self.cache_bytes_max {
-            0 => physical_memory_bytes().unwrap_or(constants::CACHE_BYTES_FALLBACK) / 4,
+            0 => physical_memory_bytes().unwrap_or(constants::CACHE_BYTES_FALLBACK) / 16,
             bytes => bytes,
         };
         usize::try_from(total / self.core_count() as u64).unwrap_or(usize::MAX)
@@ -375,12 +375,12 @@ mod tests {
     }
 
     #[test]
-    fn the_tail_cache_is_split_across_cores_and_defaults_to_a_quarter_of_memory() {
+    fn the_tail_cache_is_split_across_cores_and_defaults_to_a_sixteenth_of_memory() {
         let config = ServeConfig { cores: 2, cache_bytes_max: 6 << 30, ..ServeConfig::default() };
         assert_eq!(config.cache_bytes_per_core(), 3 << 30);
         let auto = ServeConfig { cores: 2, ..ServeConfig::default() };
         let memory = physical_memory_bytes().expect("/proc/meminfo");
-        assert_eq!(auto.cache_bytes_per_core() as u64, memory / 4 / 2);
+        assert_eq!(auto.cache_bytes_per_core() as u64, memory / 16 / 2);
     }
 
     #[test]

@@ -140,7 +140,7 @@ fn batch_of_len(len: usize) -> Bytes {
 fn a_hundred_concurrent_100_mib_produces_stay_within_the_memory_budget() {
     const PRODUCERS: usize = 100;
     const FRAME_BYTES: usize = 100 << 20;
-    // The tail cache is bounded by its own budget (a quarter of memory by
+    // The tail cache is bounded by its own budget (a sixteenth of memory by
     // default); this test is about the in-flight budget, so the cache gets 128 MiB.
     let broker = Broker::start(
         1,

@@ -274,11 +274,12 @@ fn eio_on_write_fails_the_flush_and_the_log() {
 }
 
 #[test]
-fn logs_of_one_core_share_the_cache_budget() {
+fn logs_of_one_core_share_the_cache_budget_oldest_batch_out_first() {
+    const BUDGET: usize = 128 << 10;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_path_buf();
     run(move || async move {
-        shardlog::log::set_core_cache_bytes_max(256 << 10);
+        shardlog::log::set_core_cache_bytes_max(BUDGET);
         let config = LogConfig { flush: FlushPolicy::Always, ..LogConfig::default() };
         let mut logs = Vec::new();
         for i in 0..4 {
@@ -286,18 +287,33 @@ fn logs_of_one_core_share_the_cache_budget() {
         }
         let sent: Vec<Bytes> = (0..200).map(|i| batch(100 + i, 8, 1_000 + i as i64)).collect();
         let total: usize = sent.iter().map(Bytes::len).sum();
-        assert!(total > 4 * (256 << 10) / 4, "more than the share and than the core budget: {total}");
-        append_all(&logs[0], &sent).await;
         let batch_bytes = sent.iter().map(Bytes::len).max().unwrap();
-        let share = (256 << 10) / 4;
-        // Well under its own 1 MiB limit: a quarter of the core's 256 KiB.
-        assert!(logs[0].memory_bytes() <= share + batch_bytes + 8 * 1024, "{} bytes", logs[0].memory_bytes());
+        assert!(total > 2 * BUDGET, "more than the core budget: {total}");
+        // One busy log among idle ones may use the whole budget, not more.
+        append_all(&logs[0], &sent).await;
+        let busy = shardlog::log::core_cache_bytes();
+        assert!(busy > BUDGET - batch_bytes && busy <= BUDGET, "{busy} bytes cached");
+        assert!(logs[0].memory_bytes() <= BUDGET + 8 * 1024, "{} bytes", logs[0].memory_bytes());
+        // Newer data in another log pushes out the first log's oldest batches.
+        let newer: Vec<Bytes> = (0..40).map(|i| batch(1_000 + i, 8, 5_000 + i as i64)).collect();
+        let newer_total: usize = newer.iter().map(Bytes::len).sum();
+        append_all(&logs[1], &newer).await;
+        let cached = shardlog::log::core_cache_bytes();
+        assert!(cached <= BUDGET, "{cached} bytes cached");
+        let first_kept = logs[0].memory_bytes();
+        assert!(
+            first_kept <= busy - newer_total + batch_bytes + 8 * 1024,
+            "the first log gave way: {first_kept} bytes (was {busy})"
+        );
+        assert!(logs[1].memory_bytes() >= newer_total, "the newest log keeps all of its {newer_total} bytes");
         // What left the cache is read back from disk, whole.
         same_content(&read_all(&logs[0], 0, 64 << 10).await, &sent);
+        same_content(&read_all(&logs[1], 0, 64 << 10).await, &newer);
         for log in &logs {
             log.close().await.unwrap();
         }
         drop(logs);
+        assert_eq!(shardlog::log::core_cache_bytes(), 0, "closed logs give their cache back");
         shardlog::log::set_core_cache_bytes_max(shardlog::log::CORE_CACHE_BYTES_MAX_DEFAULT);
     });
 }

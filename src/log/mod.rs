@@ -32,14 +32,18 @@
 //! Readers never see past the high-water mark, which under `flush=always`
 //! is the durable end and otherwise the end of the log.
 
+mod core_cache;
 pub mod index;
 pub mod recovery;
 mod segment;
 
+use core_cache::CachingLog;
+pub use core_cache::{core_cache_bytes, set_core_cache_bytes_max, CORE_CACHE_BYTES_MAX_DEFAULT};
+
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
@@ -95,8 +99,7 @@ pub struct LogConfig {
     /// Largest batch accepted (`max.message.bytes`).
     pub batch_bytes_max: usize,
     /// Written batches kept in memory for tail reads, at most; the logs of
-    /// a core also share the core's budget (`set_core_cache_bytes_max`)
-    /// evenly.
+    /// a core also share the core's budget (`core_cache`), oldest out first.
     pub cache_bytes_max: usize,
     /// Unwritten bytes beyond which appends wait for the writer.
     pub pending_bytes_max: usize,
@@ -182,6 +185,8 @@ struct CachedBatch {
     last_offset: i64,
     max_timestamp: i64,
     data: Bytes,
+    /// Core-wide order of caching (`core_cache`).
+    seq: u64,
 }
 
 struct State {
@@ -357,7 +362,6 @@ impl Log {
             writer: WriteBehind::Idle,
             bytes_since_index_persist: 0,
         };
-        OPEN_LOGS.with(|open| open.set(open.get() + 1));
         let log = Log {
             inner: Rc::new(Inner {
                 dir,
@@ -474,11 +478,14 @@ impl Log {
         state.log_end_offset = last_offset + 1;
         state.pending_bytes += batch.len();
         state.cache_bytes += batch.len();
+        let first_cached = state.cache.is_empty().then(|| Rc::downgrade(&self.inner) as Weak<dyn CachingLog>);
+        let seq = core_cache::cached(batch.len(), first_cached);
         state.cache.push_back(CachedBatch {
             base_offset,
             last_offset,
             max_timestamp: header.max_timestamp,
             data: batch.freeze(),
+            seq,
         });
         Ok(Appended { base_offset, last_offset })
     }
@@ -895,8 +902,8 @@ impl Log {
         }
         self.inner.unsynced.set(true);
         let index_interval = self.inner.config.borrow().index_interval_bytes;
-        let mut state = self.inner.state.borrow_mut();
-        let state = &mut *state;
+        let mut guard = self.inner.state.borrow_mut();
+        let state = &mut *guard;
         let first_pending = state.cache.partition_point(|b| b.base_offset < state.written_end_offset);
         let active = state.segments.values_mut().next_back().expect("a log always has an active segment");
         let mut position = active.size_bytes;
@@ -935,7 +942,9 @@ impl Log {
         state.written_end_offset = active.next_offset;
         state.pending_bytes -= written_bytes as usize;
         state.bytes_since_index_persist += written_bytes;
-        evict_cache(state, cache_share(self.inner.config.borrow().cache_bytes_max));
+        evict_cache(state, self.inner.config.borrow().cache_bytes_max);
+        drop(guard);
+        core_cache::evict_over_budget();
         Ok(())
     }
 
@@ -1169,14 +1178,27 @@ fn tail_bytes(old_tail: &[u8], batches: &[Bytes], from: usize) -> Vec<u8> {
     out
 }
 
+/// Drops written batches, oldest first, until the log caches at most
+/// `cache_bytes_max`.
 fn evict_cache(state: &mut State, cache_bytes_max: usize) {
-    while state.cache_bytes > cache_bytes_max {
-        let Some(front) = state.cache.front() else { break };
-        if front.last_offset >= state.written_end_offset {
-            break;
-        }
-        state.cache_bytes -= front.data.len();
-        state.cache.pop_front();
+    while state.cache_bytes > cache_bytes_max && evict_oldest_written(state) {}
+}
+
+/// Drops the oldest cached batch if it is written.
+fn evict_oldest_written(state: &mut State) -> bool {
+    match state.cache.front() {
+        Some(front) if front.last_offset < state.written_end_offset => {}
+        _ => return false,
+    }
+    let front = state.cache.pop_front().expect("checked above");
+    state.cache_bytes -= front.data.len();
+    core_cache::evicted(front.seq, front.data.len(), state.cache.front().map(|b| b.seq));
+    true
+}
+
+impl CachingLog for Inner {
+    fn evict_oldest(&self) -> bool {
+        self.state.try_borrow_mut().is_ok_and(|mut state| evict_oldest_written(&mut state))
     }
 }
 
@@ -1315,33 +1337,14 @@ async fn open_segment(
     })
 }
 
-/// Written batches the logs of one core keep for tail reads, all together,
-/// unless the core sets its own budget (the broker does: `--cache-bytes-max`).
-/// Each log caches `cache_bytes_max` or an even share of the budget,
-/// whichever is smaller (unwritten batches always stay cached until written).
-pub const CORE_CACHE_BYTES_MAX_DEFAULT: usize = 256 << 20;
-
 thread_local! {
     static PROBED_DEVICES: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
-    /// Logs open on this thread (core), for the cache budget.
-    static OPEN_LOGS: Cell<usize> = const { Cell::new(0) };
-    static CORE_CACHE_BYTES_MAX: Cell<usize> = const { Cell::new(CORE_CACHE_BYTES_MAX_DEFAULT) };
-}
-
-/// Sets the cache budget shared by the logs of the calling thread (core).
-pub fn set_core_cache_bytes_max(bytes: usize) {
-    CORE_CACHE_BYTES_MAX.with(|budget| budget.set(bytes));
-}
-
-/// What one log of this thread may cache: its own limit or its share.
-fn cache_share(cache_bytes_max: usize) -> usize {
-    let logs = OPEN_LOGS.with(Cell::get).max(1);
-    cache_bytes_max.min(CORE_CACHE_BYTES_MAX.with(Cell::get) / logs)
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        OPEN_LOGS.with(|open| open.set(open.get().saturating_sub(1)));
+        let state = self.state.get_mut();
+        core_cache::forget(state.cache.front().map(|b| b.seq), state.cache_bytes);
     }
 }
 
