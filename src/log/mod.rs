@@ -13,8 +13,8 @@
 //! Write path: `append` (synchronous, no await) assigns dense offsets, patches
 //! the base offset and leader epoch (outside the CRC) in place into the batch
 //! it is handed (a uniquely owned slice of the produce request, so the bytes
-//! are never copied on the way in) and puts it in the tail cache. A single writer per log (the `flush_lock`)
-//! copies the batches not yet written into aligned buffers of up to 1 MiB,
+//! are not copied on the way in) and puts it in the tail cache. A single
+//! writer per log (the `flush_lock`) copies the batches not yet written into aligned buffers of up to 1 MiB,
 //! rewriting the partly filled last page, and writes them with O_DIRECT, up
 //! to four chunks in flight (chunks followed by more data end on a page
 //! boundary, so no two writes in flight share a page); under `flush=always`
@@ -29,6 +29,9 @@
 //!
 //! Read path: batches at or after the cache's first offset come from memory;
 //! older ones are read with aligned DMA reads located through the index.
+//! The cache stands in for the page cache O_DIRECT bypasses: the logs of a
+//! core share one budget, the batch cached longest ago leaving first
+//! (`core_cache`).
 //! Readers never see past the high-water mark, which under `flush=always`
 //! is the durable end and otherwise the end of the log.
 
