@@ -14,8 +14,9 @@
 //! the base offset and leader epoch (outside the CRC) in place into the batch
 //! it is handed (a uniquely owned slice of the produce request, so the bytes
 //! are not copied on the way in) and puts it in the tail cache. A single
-//! writer per log (the `flush_lock`) copies the batches not yet written into aligned buffers of up to 1 MiB,
-//! rewriting the partly filled last page, and writes them with O_DIRECT, up
+//! writer per log (the `flush_lock`) copies the batches not yet written
+//! into aligned buffers of up to 1 MiB, rewriting the partly filled last
+//! page, and writes them with O_DIRECT, up
 //! to four chunks in flight (chunks followed by more data end on a page
 //! boundary, so no two writes in flight share a page); under `flush=always`
 //! it then fdatasyncs. Appends that arrive while a write is in flight are
