@@ -101,9 +101,8 @@ pub struct ServeConfig {
     /// Bytes of requests being read or served per core; readers wait when
     /// it is spent, so producers slow down instead of exhausting memory.
     pub in_flight_bytes_max: usize,
-    /// Tail cache of all cores together, split evenly; 0 = a sixteenth of
-    /// physical memory.
-    pub cache_bytes_max: u64,
+    /// Tail cache per core (written batches kept for readers).
+    pub cache_bytes_max: usize,
     /// Open client connections, all cores together.
     pub connections_max: usize,
     /// Open client connections from one IP address, all cores together.
@@ -139,7 +138,7 @@ impl Default for ServeConfig {
             auto_create_topics: true,
             request_bytes_max: constants::REQUEST_BYTES_MAX_DEFAULT,
             in_flight_bytes_max: constants::IN_FLIGHT_BYTES_MAX_DEFAULT,
-            cache_bytes_max: 0,
+            cache_bytes_max: crate::log::CORE_CACHE_BYTES_MAX_DEFAULT,
             connections_max: constants::CONNECTIONS_MAX_DEFAULT,
             connections_per_ip_max: constants::CONNECTIONS_PER_IP_MAX_DEFAULT,
             idle_timeout_ms: 600_000,
@@ -179,15 +178,6 @@ impl ServeConfig {
         } else {
             self.cores
         }
-    }
-
-    /// Each core's share of the tail cache.
-    pub fn cache_bytes_per_core(&self) -> usize {
-        let total = match self.cache_bytes_max {
-            0 => physical_memory_bytes().unwrap_or(constants::CACHE_BYTES_FALLBACK) / 16,
-            bytes => bytes,
-        };
-        usize::try_from(total / self.core_count() as u64).unwrap_or(usize::MAX)
     }
 
     pub fn advertised_host(&self) -> String {
@@ -348,14 +338,6 @@ fn check_log_config(log: &LogConfig) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// MemTotal from /proc/meminfo.
-fn physical_memory_bytes() -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -372,15 +354,6 @@ mod tests {
         assert_eq!(config.topic.partitions, 6);
         assert_eq!(config.topic_log_config(&Default::default()).unwrap().flush, FlushPolicy::Never);
         assert!(toml::from_str::<ServeConfig>("prot = 1").is_err());
-    }
-
-    #[test]
-    fn the_tail_cache_is_split_across_cores_and_defaults_to_a_sixteenth_of_memory() {
-        let config = ServeConfig { cores: 2, cache_bytes_max: 6 << 30, ..ServeConfig::default() };
-        assert_eq!(config.cache_bytes_per_core(), 3 << 30);
-        let auto = ServeConfig { cores: 2, ..ServeConfig::default() };
-        let memory = physical_memory_bytes().expect("/proc/meminfo");
-        assert_eq!(auto.cache_bytes_per_core() as u64, memory / 16 / 2);
     }
 
     #[test]

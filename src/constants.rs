@@ -5,9 +5,6 @@ pub const REQUEST_BYTES_MAX_DEFAULT: usize = 100 * 1024 * 1024;
 /// Bytes of requests in flight per core (read, being served, or waiting to
 /// be answered); at least one largest request must fit.
 pub const IN_FLIGHT_BYTES_MAX_DEFAULT: usize = 256 * 1024 * 1024;
-/// Physical memory assumed when /proc/meminfo cannot be read (the tail
-/// cache defaults to a sixteenth of it).
-pub const CACHE_BYTES_FALLBACK: u64 = 4 << 30;
 /// Client connections per node, and per client IP.
 pub const CONNECTIONS_MAX_DEFAULT: usize = 50_000;
 pub const CONNECTIONS_PER_IP_MAX_DEFAULT: usize = 10_000;

@@ -126,11 +126,11 @@ struct ServeArgs {
     /// Bytes of requests in flight per core before readers wait [default: 268435456].
     #[arg(long, env = "SHARDLOG_IN_FLIGHT_BYTES_MAX")]
     in_flight_bytes_max: Option<usize>,
-    /// Memory for recently written batches (the tail cache that serves
-    /// consumers instead of the page cache shardlog bypasses), all cores
-    /// together, split evenly; 0 = a sixteenth of physical memory [default: 0].
+    /// Memory per core for recently written batches (the tail cache that
+    /// serves consumers instead of the page cache shardlog bypasses); the
+    /// batch cached longest ago leaves first [default: 268435456].
     #[arg(long, env = "SHARDLOG_CACHE_BYTES_MAX")]
-    cache_bytes_max: Option<u64>,
+    cache_bytes_max: Option<usize>,
     /// Open client connections, whole node [default: 50000].
     #[arg(long, env = "SHARDLOG_CONNECTIONS_MAX")]
     connections_max: Option<usize>,

@@ -140,8 +140,8 @@ fn batch_of_len(len: usize) -> Bytes {
 fn a_hundred_concurrent_100_mib_produces_stay_within_the_memory_budget() {
     const PRODUCERS: usize = 100;
     const FRAME_BYTES: usize = 100 << 20;
-    // The tail cache is bounded by its own budget (a sixteenth of memory by
-    // default); this test is about the in-flight budget, so the cache gets 128 MiB.
+    // The tail cache is bounded by its own budget; this test is about the
+    // in-flight budget, so the cache gets 128 MiB.
     let broker = Broker::start(
         1,
         &["--max-message-bytes", &(64 << 20).to_string(), "--cache-bytes-max", &(128 << 20).to_string()],

@@ -15,8 +15,10 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Weak;
 
-/// Budget of a thread that never sets one (the broker sets its own from
-/// `--cache-bytes-max`; tests and benchmarks use this).
+/// Budget per core unless set (`--cache-bytes-max`). Larger budgets let
+/// consumers further behind read from memory, but on a host whose fresh
+/// pages are expensive to fault in, filling a large cache costs producers
+/// latency the first time (see perf/README.md).
 pub const CORE_CACHE_BYTES_MAX_DEFAULT: usize = 256 << 20;
 
 /// What the core cache needs of a log: evict its oldest batch.

@@ -166,7 +166,7 @@ struct CoreStart {
 
 async fn run_core(start: CoreStart) {
     let CoreStart { core, config, image, senders, inbox, ready, limits, health } = start;
-    crate::log::set_core_cache_bytes_max(config.cache_bytes_per_core());
+    crate::log::set_core_cache_bytes_max(config.cache_bytes_max);
     let shard = Shard::new(ShardId(core as u32), config.clone(), image.clone(), senders);
     // Core 0 serves /metrics and /v1/ready from before recovery until it stops.
     let http = if core == 0 { http::start(&shard, &config, health).await } else { Ok(None) };
