@@ -35,8 +35,9 @@ use crate::protocol::record_batch::{self, BatchError};
 use crate::protocol::ErrorCode;
 use partition::{Partition, SequenceCheck};
 
-/// Work for a partition, run on the core that owns it.
-#[derive(Debug, Clone)]
+/// Work for a partition, run on the core that owns it. Not `Clone`: a
+/// produce's records are uniquely owned, and a clone would copy them.
+#[derive(Debug)]
 pub enum PartitionOp {
     /// `records` is a slice of a request of `request_bytes`.
     Produce {
@@ -342,14 +343,13 @@ impl Shard {
         match owner {
             Some(shard) if shard == self.id => self.run_partition_op(topic, partition, op).await,
             Some(shard) => {
+                // Made before `op` moves: cloning it would copy a produce's records.
+                let unreachable = error_reply(&op, partition, ErrorCode::NotLeaderOrFollower);
                 let (reply, receive) = flume::bounded(1);
-                let message = ShardMessage::Partition { topic: topic.to_string(), partition, op: op.clone(), reply };
+                let message = ShardMessage::Partition { topic: topic.to_string(), partition, op, reply };
                 match self.send(shard, message).await {
-                    Ok(()) => match receive.recv_async().await {
-                        Ok(answer) => answer,
-                        Err(_) => error_reply(&op, partition, ErrorCode::NotLeaderOrFollower),
-                    },
-                    Err(()) => error_reply(&op, partition, ErrorCode::NotLeaderOrFollower),
+                    Ok(()) => receive.recv_async().await.unwrap_or(unreachable),
+                    Err(()) => unreachable,
                 }
             }
             None => error_reply(&op, partition, ErrorCode::UnknownTopicOrPartition),
