@@ -35,29 +35,16 @@ use crate::protocol::record_batch::{self, BatchError};
 use crate::protocol::ErrorCode;
 use partition::{Partition, SequenceCheck};
 
-/// Work for a partition, run on the core that owns it. Not `Clone`: a
-/// produce's records are uniquely owned, and a clone would copy them.
+/// Work for a partition, run on the core that owns it. A produce's records
+/// are a uniquely owned slice of a request of `request_bytes`; not `Clone`,
+/// since a clone would copy them.
 #[derive(Debug)]
 pub enum PartitionOp {
-    /// `records` is a slice of a request of `request_bytes`.
-    Produce {
-        records: Option<BytesMut>,
-        acks: i16,
-        request_bytes: usize,
-    },
-    Fetch {
-        offset: i64,
-        max_bytes: usize,
-    },
-    ListOffsets {
-        timestamp: i64,
-    },
-    DeleteRecords {
-        offset: i64,
-    },
-    OffsetForLeaderEpoch {
-        leader_epoch: i32,
-    },
+    Produce { records: Option<BytesMut>, acks: i16, request_bytes: usize },
+    Fetch { offset: i64, max_bytes: usize },
+    ListOffsets { timestamp: i64 },
+    DeleteRecords { offset: i64 },
+    OffsetForLeaderEpoch { leader_epoch: i32 },
 }
 
 #[derive(Debug, Clone)]
