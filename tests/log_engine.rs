@@ -318,6 +318,66 @@ fn logs_of_one_core_share_the_cache_budget_oldest_batch_out_first() {
     });
 }
 
+#[test]
+fn a_disk_read_reads_the_next_chunk_ahead_in_memory() {
+    // O_DIRECT has no kernel read-ahead: after a read that had to go to the
+    // disk, the log reads the next chunk itself, so a consumer reading on
+    // finds it in memory (read_now answers without waiting). Across segment
+    // rolls, and until the log closes.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let config = LogConfig {
+            segment_bytes: 128 << 10,
+            flush: FlushPolicy::Always,
+            cache_bytes_max: 16 << 10,
+            ..LogConfig::default()
+        };
+        let (log, _) = Log::open(&path, config).await.unwrap();
+        let sent: Vec<Bytes> = (0..600).map(|i| sized_batch(i, 16 << 10)).collect();
+        append_all(&log, &sent).await;
+        assert!(log.segment_count() > 3, "segments rolled: {}", log.segment_count());
+        assert!(log.read_now(0, 64 << 10).is_none(), "the start of the log is only on disk");
+        assert_eq!(shardlog::log::core_read_ahead_bytes(), 0);
+
+        const READ_BYTES: usize = 64 << 10;
+        let mut stored = Vec::new();
+        let mut offset = 0;
+        let mut from_memory = 0;
+        while offset < log.high_watermark() {
+            let read = match log.read_now(offset, READ_BYTES) {
+                Some(read) => {
+                    from_memory += 1;
+                    read.unwrap()
+                }
+                None => log.read(offset, READ_BYTES).await.unwrap(),
+            };
+            assert!(!read.batches.is_empty(), "nothing at {offset}");
+            let ahead = shardlog::log::core_read_ahead_bytes();
+            assert!(ahead <= 2 * READ_BYTES, "at most the chunk being read and the next: {ahead} bytes");
+            for data in read.batches {
+                let header = record_batch::validate(&data, 1 << 20).unwrap();
+                assert_eq!(header.base_offset, offset, "offsets are dense");
+                offset = header.last_offset() + 1;
+                stored.push(data);
+            }
+            // Time for the read-ahead started by this read to complete.
+            glommio::timer::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        same_content(&stored, &sent);
+        let reads = stored.iter().map(Bytes::len).sum::<usize>() / READ_BYTES;
+        assert!(from_memory >= reads - 2, "{from_memory} of about {reads} reads answered from memory");
+
+        // A read elsewhere drops what was read ahead before it.
+        let again = log.read(0, READ_BYTES).await.unwrap();
+        same_content(&again.batches, &sent[..again.batches.len()]);
+        glommio::timer::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(shardlog::log::core_read_ahead_bytes() > 0, "the read from the start reads ahead again");
+        log.close().await.unwrap();
+        assert_eq!(shardlog::log::core_read_ahead_bytes(), 0, "a closed log drops its read-ahead");
+    });
+}
+
 /// The longest prefix of `sent` whose bytes all lie within `cut` bytes.
 fn prefix_within(sent: &[Bytes], cut: u64) -> usize {
     let mut end = 0u64;

@@ -32,17 +32,23 @@
 //! older ones are read with aligned DMA reads located through the index.
 //! The cache stands in for the page cache O_DIRECT bypasses: the logs of a
 //! core share one budget, the batch cached longest ago leaving first
-//! (`core_cache`).
+//! (`core_cache`). A read that has to go to the disk starts reading the
+//! next chunk in the background (`read_ahead`), as the kernel would for a
+//! buffered file, so a consumer catching up does not wait for the disk on
+//! every fetch.
 //! Readers never see past the high-water mark, which under `flush=always`
 //! is the durable end and otherwise the end of the log.
 
 mod core_cache;
 pub mod index;
+mod read_ahead;
 pub mod recovery;
 mod segment;
 
 use core_cache::CachingLog;
 pub use core_cache::{core_cache_bytes, set_core_cache_bytes_max, CORE_CACHE_BYTES_MAX_DEFAULT};
+use read_ahead::ReadAhead;
+pub use read_ahead::{core_read_ahead_bytes, READ_AHEAD_BYTES_MAX};
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
@@ -225,6 +231,7 @@ struct Inner {
     fault: Cell<Option<InjectedFault>>,
     /// One unit per segment write in flight (held by the write's task).
     writes: Rc<Semaphore>,
+    read_ahead: RefCell<ReadAhead>,
 }
 
 /// A chunk of the active segment, copied and ready to write.
@@ -375,6 +382,7 @@ impl Log {
                 unsynced: Cell::new(false),
                 fault: Cell::new(None),
                 writes: Rc::new(Semaphore::new(WRITES_IN_FLIGHT)),
+                read_ahead: RefCell::new(ReadAhead::default()),
             }),
         };
         Ok((log, report))
@@ -540,12 +548,27 @@ impl Log {
     /// Reads whole batches from `offset`, up to `max_bytes` (at least one
     /// batch when any is available), never past the high-water mark.
     pub async fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadOutput, LogError> {
-        if let Some(done) = self.read_now(offset, max_bytes) {
-            return done;
+        loop {
+            if let Some(done) = self.read_now(offset, max_bytes) {
+                return done;
+            }
+            // The read-ahead in flight is reading exactly this: wait for it.
+            let wait = {
+                let read_ahead = self.inner.read_ahead.borrow();
+                read_ahead.in_flight_at(offset).then(|| read_ahead.done.listen())
+            };
+            match wait {
+                Some(listener) => listener.await,
+                None => break,
+            }
         }
         let high_watermark = self.high_watermark();
         let log_start_offset = self.log_start_offset();
         let batches = self.read_disk(offset, max_bytes, high_watermark).await?;
+        if let Some(last) = batches.last() {
+            let next = BatchHeader::parse(last, usize::MAX)?.last_offset() + 1;
+            self.start_read_ahead(next, max_bytes);
+        }
         Ok(ReadOutput { batches, high_watermark, log_start_offset })
     }
 
@@ -562,8 +585,48 @@ impl Log {
         if offset == high_watermark {
             return Some(Ok(out));
         }
-        out.batches = self.read_cache(offset, max_bytes, high_watermark)?;
+        out.batches = match self.read_cache(offset, max_bytes, high_watermark) {
+            Some(batches) => batches,
+            None => {
+                let taken = self.inner.read_ahead.borrow_mut().take(offset, max_bytes, high_watermark)?;
+                if let Some(next) = taken.read_next {
+                    self.start_read_ahead(next, max_bytes);
+                }
+                taken.batches
+            }
+        };
         Some(Ok(out))
+    }
+
+    /// Starts reading, in the background, the batches from `start` that
+    /// only the disk holds (`read_ahead`): about as much as a read of
+    /// `max_bytes` just took.
+    fn start_read_ahead(&self, start: i64, max_bytes: usize) {
+        let high_watermark = self.high_watermark();
+        {
+            let state = self.inner.state.borrow();
+            let cached = state.cache.front().is_some_and(|b| b.base_offset <= start);
+            if state.closed || start >= high_watermark || cached {
+                return;
+            }
+        }
+        let bytes = read_ahead::chunk_bytes(max_bytes);
+        let Some(charge) = self.inner.read_ahead.borrow_mut().begin(start, bytes) else { return };
+        let log = Rc::downgrade(&self.inner);
+        glommio::spawn_local(async move {
+            let Some(inner) = log.upgrade() else { return };
+            let reader = Log { inner };
+            let read = reader.read_disk(start, bytes, high_watermark).await.unwrap_or_default();
+            let kept = reader.inner.read_ahead.borrow_mut().finish(start, read, charge);
+            drop(reader);
+            if let Some(id) = kept {
+                glommio::timer::sleep(read_ahead::READ_AHEAD_TTL).await;
+                if let Some(inner) = log.upgrade() {
+                    inner.read_ahead.borrow_mut().expire(id);
+                }
+            }
+        })
+        .detach();
     }
 
     /// The first offset whose record timestamp is at or after `timestamp`,
@@ -672,6 +735,7 @@ impl Log {
             self.write_and_sync_locked(true).await?;
         }
         self.inner.state.borrow_mut().closed = true;
+        self.inner.read_ahead.borrow_mut().close();
         let (file, size, path) = {
             let mut state = self.inner.state.borrow_mut();
             let Some((_, active)) = state.segments.iter_mut().next_back() else { return Ok(()) };
