@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes};
 use glommio::channels::local_channel::{self, LocalSender};
 use glommio::Task;
 
@@ -23,7 +23,7 @@ use super::verify::{SentStream, StreamId};
 use crate::client::pipelined::{ConnectionOptions, Nodes, PendingResponse};
 use crate::client::ClientError;
 use crate::protocol::produce::{ProducePartition, ProduceRequest, ProduceResponse, ProduceTopic};
-use crate::protocol::record_batch::{encode_batch, ProducerFields, Record, HEADER_BYTES as BATCH_HEADER_BYTES};
+use crate::protocol::record_batch::{BatchBuilder, ProducerFields, HEADER_BYTES as BATCH_HEADER_BYTES};
 use crate::protocol::ApiKey;
 
 /// Messages made between two looks at the clock and the linger queue.
@@ -45,7 +45,8 @@ pub async fn run(spec: ProducerSpec, shared: Arc<RunShared>, stats: Stats, outco
 
 /// A batch being filled for one partition.
 struct OpenBatch {
-    records: Vec<Record>,
+    /// Records are encoded into the batch as they are added.
+    records: BatchBuilder,
     /// (intended send time, payload bytes) of each record.
     meta: Vec<(Instant, u32)>,
     bytes: usize,
@@ -82,7 +83,6 @@ struct Producer {
     /// Messages still to make after the warmup (with --messages).
     quota: Option<u64>,
     rng: Rng,
-    arena: BytesMut,
     acks: HashMap<i32, LocalSender<InFlight>>,
     ack_tasks: Vec<Task<()>>,
     sent: Rc<std::cell::RefCell<HashMap<i32, SentStream>>>,
@@ -107,7 +107,6 @@ impl Producer {
             sequences: HashMap::new(),
             schedule: spec.schedule,
             quota: spec.quota,
-            arena: BytesMut::new(),
             acks: HashMap::new(),
             ack_tasks: Vec::new(),
             sent: Rc::new(std::cell::RefCell::new(HashMap::new())),
@@ -198,9 +197,13 @@ impl Producer {
             }
         }
         let sent_us = shared.clock.wall_us(intended);
-        let value = self.value(size, sequence, sent_us);
+        let value_header = ValueHeader { run_id: shared.run_id, producer: self.id, sequence, sent_us };
+        // Filler cut from a random place, copied once: into the batch.
+        let filler_bytes = size - payload::HEADER_BYTES;
+        let filler_at = self.rng.next_u64() as usize % (shared.filler.len() - filler_bytes + 1);
+        let filler = &shared.filler[filler_at..filler_at + filler_bytes];
         let timestamp_ms = (sent_us / 1000) as i64;
-        let payload_bytes = (value.len() + key.as_ref().map_or(0, Bytes::len)) as u32;
+        let payload_bytes = (size + key.as_ref().map_or(0, Bytes::len)) as u32;
         let record_bytes = payload_bytes as usize + RECORD_OVERHEAD_BYTES;
         let batch_bytes_max = workload.batch_bytes;
         let batch = match self.open.get_mut(&partition) {
@@ -209,7 +212,7 @@ impl Producer {
                 let opened_at = Instant::now();
                 self.lingering.push_back((opened_at, partition));
                 self.open.entry(partition).or_insert(OpenBatch {
-                    records: Vec::new(),
+                    records: BatchBuilder::new(timestamp_ms, batch_bytes_max + record_bytes),
                     meta: Vec::new(),
                     bytes: BATCH_HEADER_BYTES,
                     base_timestamp_ms: timestamp_ms,
@@ -218,13 +221,17 @@ impl Producer {
                 })
             }
         };
-        batch.records.push(Record {
-            key,
-            value: Some(value),
-            headers: Vec::new(),
-            timestamp_delta: timestamp_ms - batch.base_timestamp_ms,
-            offset_delta: batch.records.len() as i32,
-        });
+        batch.records.push_with(
+            timestamp_ms - batch.base_timestamp_ms,
+            batch.records.records(),
+            key.as_deref(),
+            Some(size),
+            &[],
+            |out| {
+                value_header.write(out);
+                out.put_slice(filler);
+            },
+        );
         batch.meta.push((intended, payload_bytes));
         batch.bytes += record_bytes;
         if batch.bytes + record_bytes > batch_bytes_max {
@@ -247,20 +254,6 @@ impl Producer {
                 (payload::partition_for_key(&key, self.shared.workload.partitions), Some(key))
             }
         }
-    }
-
-    /// Header, then filler cut from a random place; one allocation shared by
-    /// many values (the arena is split, not copied).
-    fn value(&mut self, size: usize, sequence: u64, sent_us: u64) -> Bytes {
-        if self.arena.capacity() < size {
-            self.arena.reserve((size * MESSAGES_PER_STEP).max(256 * 1024));
-        }
-        ValueHeader { run_id: self.shared.run_id, producer: self.id, sequence, sent_us }.write(&mut self.arena);
-        let filler_bytes = size - payload::HEADER_BYTES;
-        let filler = &self.shared.filler;
-        let start = self.rng.next_u64() as usize % (filler.len() - filler_bytes + 1);
-        self.arena.put_slice(&filler[start..start + filler_bytes]);
-        self.arena.split().freeze()
     }
 
     /// Sends the batches whose linger time is up.
@@ -308,7 +301,7 @@ impl Producer {
         let mut partitions = Vec::with_capacity(batches.len());
         let mut sent = Vec::with_capacity(batches.len());
         for (partition, batch) in batches {
-            let records = encode_batch(&batch.records, batch.base_timestamp_ms, ProducerFields::NONE);
+            let records = batch.records.finish(ProducerFields::NONE);
             partitions.push(ProducePartition { index: partition, records: Some(records) });
             sent.push(SentBatch { partition, first_sequence: batch.first_sequence, meta: batch.meta });
         }
