@@ -38,7 +38,9 @@ pub enum StartFrom {
 /// Load generator for any Kafka-compatible broker.
 ///
 /// Without --brokers it starts a shardlog broker of its own (--spawn) on a
-/// temporary directory and free ports, and stops it at the end.
+/// temporary directory and free ports, and stops it at the end; that broker
+/// keeps at most about 3/8 of the free disk (segment size and retention per
+/// partition sized to it), so long runs drop old data instead of filling it.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
     /// What to measure [default: produce].

@@ -87,6 +87,7 @@ pub fn run(args: BenchArgs) -> Result<bool, String> {
             cores: broker_cores,
             flush: args.flush.clone(),
             listener: args.listener,
+            partitions: args.partitions as usize,
         })?),
         false => None,
     };

@@ -24,6 +24,22 @@ pub struct SpawnOptions {
     pub cores: usize,
     pub flush: Option<String>,
     pub listener: Option<ListenerMode>,
+    /// Partitions the run writes to (sizes their retention).
+    pub partitions: usize,
+}
+
+/// Segment size and retention per partition, in bytes, under which
+/// `partitions` partitions keep at most about 3/8 of `free_bytes` (the
+/// retention, the segment being written and the one before): a run
+/// at a GB/s writes more than a disk holds, and a throwaway broker should
+/// drop its oldest data (retention, checked every 5 s) rather than fill
+/// the disk. Never more than the broker's defaults (1 GiB segments).
+pub fn disk_bounded_retention(free_bytes: u64, partitions: usize) -> (u64, u64) {
+    let keep = free_bytes / 2 / partitions.max(1) as u64;
+    // Large segments: each roll syncs the old one and stalls its writer.
+    let segment = (keep / 4).clamp(4 << 20, 1 << 30);
+    let retention = (keep / 4).max(segment);
+    (segment, retention)
 }
 
 pub struct SpawnedBroker {
@@ -72,6 +88,10 @@ impl SpawnedBroker {
             .process_group(0);
         if let Some(flush) = &options.flush {
             command.args(["--flush", flush]);
+        }
+        if let Ok(space) = crate::metrics::DiskSpace::of(&dir) {
+            let (segment, retention) = disk_bounded_retention(space.free_bytes, options.partitions);
+            command.args(["--segment-bytes", &segment.to_string(), "--retention-bytes", &retention.to_string()]);
         }
         if let Some(listener) = options.listener {
             command.args(["--listener", if listener == ListenerMode::Shared { "shared" } else { "per-core" }]);
@@ -196,6 +216,23 @@ fn parse_cpu_times(stat: &str, ticks_per_second: f64) -> Option<CpuTimes> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_spawned_broker_keeps_about_half_the_free_disk_at_most() {
+        const GIB: u64 = 1 << 30;
+        for (free, partitions) in [(48 * GIB, 100), (48 * GIB, 10_000), (GIB, 1), (2000 * GIB, 1)] {
+            let (segment, retention) = disk_bounded_retention(free, partitions);
+            assert!((4 << 20..=GIB).contains(&segment), "{segment}");
+            // Retention deletes whole segments: a partition holds up to its
+            // retention, the segment being written and one more.
+            let most = partitions as u64 * (retention + 2 * segment);
+            if segment > 4 << 20 {
+                assert!(most <= free * 3 / 8 + partitions as u64, "{free} free, {partitions} partitions: up to {most}");
+            }
+        }
+        // 100 partitions on a 48 GiB disk: about 61 MiB segments and retention each.
+        assert_eq!(disk_bounded_retention(48 * GIB, 100), (64_424_509, 64_424_509));
+    }
 
     #[test]
     fn cpu_times_come_from_fields_14_and_15() {

@@ -675,8 +675,15 @@ impl Log {
             return Err(LogError::OffsetOutOfRange { offset, log_start, high_watermark });
         }
         if target > log_start {
-            self.inner.state.borrow_mut().log_start_offset = target;
-            write_log_start(&self.inner.dir, target)?;
+            // One writer of the log-start file at a time (retention writes
+            // it under the same lock).
+            let _permit = self.inner.flush_lock.acquire_permit(1).await.map_err(|_| LogError::Closed)?;
+            let start = {
+                let mut state = self.inner.state.borrow_mut();
+                state.log_start_offset = state.log_start_offset.max(target);
+                state.log_start_offset
+            };
+            write_log_start(&self.inner.dir, start).await?;
         }
         self.enforce_retention(now_ms()).await?;
         Ok(self.log_start_offset())
@@ -713,10 +720,12 @@ impl Log {
         if doomed.is_empty() {
             return Ok(0);
         }
-        write_log_start(&self.inner.dir, self.log_start_offset())?;
+        write_log_start(&self.inner.dir, self.log_start_offset()).await?;
+        // Unlinking a large file frees its extents: glommio does it on its
+        // blocking-call threads, not on this core's reactor.
         for segment in &doomed {
             for path in [segment.log_path.clone(), segment.index_path("index"), segment.index_path("timeindex")] {
-                match std::fs::remove_file(&path) {
+                match glommio::io::remove(&path).await.map_err(std::io::Error::from) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                     Err(e) => return Err(LogError::io(&path, e)),
@@ -1446,18 +1455,21 @@ fn read_log_start(dir: &Path) -> Result<Option<i64>, LogError> {
     }
 }
 
-/// Atomically records the log start offset (write, fsync, rename).
-fn write_log_start(dir: &Path, offset: i64) -> Result<(), LogError> {
+/// Atomically records the log start offset (write, fdatasync, rename),
+/// without blocking the core: under heavy writes an fdatasync can take
+/// hundreds of milliseconds, which on the reactor thread stalled every
+/// partition and connection of the core.
+async fn write_log_start(dir: &Path, offset: i64) -> Result<(), LogError> {
     let path = dir.join(LOG_START_FILE);
     let tmp = dir.join("log-start.tmp");
-    let write = || -> std::io::Result<()> {
-        use std::io::Write;
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(offset.to_string().as_bytes())?;
-        file.sync_data()?;
-        std::fs::rename(&tmp, &path)
+    let write = async {
+        let file = glommio::io::BufferedFile::create(&tmp).await?;
+        file.write_at(offset.to_string().into_bytes(), 0).await?;
+        file.fdatasync().await?;
+        file.close().await?;
+        glommio::io::rename(&tmp, &path).await
     };
-    write().map_err(|e| LogError::io(&path, e))
+    write.await.map_err(|e| LogError::io(&path, e.into()))
 }
 
 /// Interval between fdatasyncs under `flush=<ms>`; used by the shard's timer.
