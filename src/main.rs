@@ -120,16 +120,17 @@ struct ServeArgs {
     /// Create topics on first use by Metadata or Produce [default: true].
     #[arg(long, env = "SHARDLOG_AUTO_CREATE_TOPICS")]
     auto_create_topics: Option<bool>,
-    /// Largest request frame in bytes (socket.request.max.bytes) [default: 104857600].
-    #[arg(long, env = "SHARDLOG_REQUEST_BYTES_MAX")]
+    /// Largest request frame in bytes (socket.request.max.bytes). Byte counts here
+    /// take units: 100MiB, 64KiB, 1GB [default: 104857600].
+    #[arg(long, env = "SHARDLOG_REQUEST_BYTES_MAX", value_parser = parse_bytes::<usize>)]
     request_bytes_max: Option<usize>,
     /// Bytes of requests in flight per core before readers wait [default: 268435456].
-    #[arg(long, env = "SHARDLOG_IN_FLIGHT_BYTES_MAX")]
+    #[arg(long, env = "SHARDLOG_IN_FLIGHT_BYTES_MAX", value_parser = parse_bytes::<usize>)]
     in_flight_bytes_max: Option<usize>,
     /// Memory per core for recently written batches (the tail cache that
     /// serves consumers instead of the page cache shardlog bypasses); the
     /// batch cached longest ago leaves first [default: 268435456].
-    #[arg(long, env = "SHARDLOG_CACHE_BYTES_MAX")]
+    #[arg(long, env = "SHARDLOG_CACHE_BYTES_MAX", value_parser = parse_bytes::<usize>)]
     cache_bytes_max: Option<usize>,
     /// Open client connections, whole node [default: 50000].
     #[arg(long, env = "SHARDLOG_CONNECTIONS_MAX")]
@@ -144,7 +145,7 @@ struct ServeArgs {
     #[arg(long, env = "SHARDLOG_REQUEST_READ_TIMEOUT_MS")]
     request_read_timeout_ms: Option<u64>,
     /// glommio registered I/O memory per core in bytes (mind RLIMIT_MEMLOCK) [default: 524288].
-    #[arg(long, env = "SHARDLOG_IO_MEMORY_BYTES")]
+    #[arg(long, env = "SHARDLOG_IO_MEMORY_BYTES", value_parser = parse_bytes::<usize>)]
     io_memory_bytes: Option<usize>,
     /// Pin each executor to its CPU [default: true].
     #[arg(long, env = "SHARDLOG_PIN")]
@@ -165,13 +166,13 @@ struct ServeArgs {
     #[arg(long, env = "SHARDLOG_DEFAULT_PARTITIONS")]
     default_partitions: Option<i32>,
     /// Topic default retention.ms, -1 = forever [default: 604800000].
-    #[arg(long, env = "SHARDLOG_RETENTION_MS")]
+    #[arg(long, env = "SHARDLOG_RETENTION_MS", allow_negative_numbers = true)]
     retention_ms: Option<i64>,
     /// Topic default retention.bytes per partition, -1 = unlimited [default: -1].
-    #[arg(long, env = "SHARDLOG_RETENTION_BYTES")]
+    #[arg(long, env = "SHARDLOG_RETENTION_BYTES", value_parser = parse_bytes_or_unlimited, allow_negative_numbers = true)]
     retention_bytes: Option<i64>,
     /// Topic default segment.bytes [default: 1073741824].
-    #[arg(long, env = "SHARDLOG_SEGMENT_BYTES")]
+    #[arg(long, env = "SHARDLOG_SEGMENT_BYTES", value_parser = parse_bytes::<u64>)]
     segment_bytes: Option<u64>,
     /// Topic default segment.ms [default: 604800000].
     #[arg(long, env = "SHARDLOG_SEGMENT_MS")]
@@ -180,7 +181,7 @@ struct ServeArgs {
     #[arg(long, env = "SHARDLOG_FLUSH")]
     flush: Option<String>,
     /// Topic default max.message.bytes (largest batch) [default: 1048588].
-    #[arg(long, env = "SHARDLOG_MAX_MESSAGE_BYTES")]
+    #[arg(long, env = "SHARDLOG_MAX_MESSAGE_BYTES", value_parser = parse_bytes::<usize>)]
     max_message_bytes: Option<usize>,
     /// How long the first rebalance of an empty group waits for more members (group.initial.rebalance.delay.ms) [default: 3000].
     #[arg(long, env = "SHARDLOG_GROUP_INITIAL_REBALANCE_DELAY_MS")]
@@ -293,6 +294,20 @@ struct BrokerArg {
     /// Any broker node, host:port.
     #[arg(long, short = 'b', env = "SHARDLOG_BROKERS", default_value = "127.0.0.1:9092")]
     brokers: String,
+}
+
+/// A byte count: `268435456`, `256MiB`, `64KiB`, `1GB` (KiB = 1024, KB = 1000).
+fn parse_bytes<T: TryFrom<u64>>(text: &str) -> Result<T, String> {
+    let bytes = shardlog::bench::args::parse_size(text)?;
+    T::try_from(bytes).map_err(|_| format!("{text:?} is too large"))
+}
+
+/// `parse_bytes`, or -1 for no limit.
+fn parse_bytes_or_unlimited(text: &str) -> Result<i64, String> {
+    match text.trim() {
+        "-1" => Ok(-1),
+        other => parse_bytes(other),
+    }
 }
 
 fn parse_key_value(text: &str) -> Result<(String, String), String> {
@@ -479,4 +494,45 @@ fn cluster(command: ClusterCommand) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serve_args(flags: &[&str]) -> Result<ServeArgs, clap::Error> {
+        let cli = Cli::try_parse_from(["shardlog", "serve"].iter().chain(flags))?;
+        match cli.command {
+            Command::Serve(args) => Ok(*args),
+            _ => unreachable!("parsed as serve"),
+        }
+    }
+
+    #[test]
+    fn byte_counts_take_units_and_retention_takes_minus_one() {
+        let args = serve_args(&[
+            "--cache-bytes-max",
+            "256MiB",
+            "--segment-bytes",
+            "64MiB",
+            "--max-message-bytes",
+            "1048588",
+            "--in-flight-bytes-max",
+            "1GB",
+            "--retention-bytes",
+            "-1",
+            "--retention-ms",
+            "-1",
+        ])
+        .unwrap();
+        assert_eq!(args.cache_bytes_max, Some(256 << 20));
+        assert_eq!(args.segment_bytes, Some(64 << 20));
+        assert_eq!(args.max_message_bytes, Some(1_048_588));
+        assert_eq!(args.in_flight_bytes_max, Some(1_000_000_000));
+        assert_eq!(args.retention_bytes, Some(-1));
+        assert_eq!(args.retention_ms, Some(-1));
+        assert_eq!(serve_args(&["--retention-bytes", "10GiB"]).unwrap().retention_bytes, Some(10 << 30));
+        assert!(serve_args(&["--cache-bytes-max", "12x"]).is_err(), "unknown unit");
+        assert!(serve_args(&["--retention-bytes", "-2"]).is_err(), "only -1 means unlimited");
+    }
 }
