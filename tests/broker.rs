@@ -345,6 +345,8 @@ fn idempotent_producer_duplicates_are_not_appended_twice_and_gaps_are_refused() 
     assert_eq!(values(&read_batches(&mut conn, "idem", 0)).len(), 5);
     // Producer state and ids survive a clean restart and a kill -9.
     broker.restart();
+    let snapshot = broker.data_dir().join("idem-0").join("producers");
+    assert!(std::fs::metadata(&snapshot).is_ok_and(|m| m.len() > 0), "a clean stop writes {}", snapshot.display());
     let mut conn = broker.connect();
     let retry = produce(&mut conn, "idem", 0, idempotent(3, 2), -1);
     assert_eq!(retry.topics[0].partitions[0].base_offset, 3, "duplicate detected after restart");

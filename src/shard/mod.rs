@@ -660,7 +660,7 @@ impl Shard {
         // Closing is a write, a trim and an fdatasync per log: many at once.
         let closing = futures::stream::iter(partitions)
             .map(|partition| async move {
-                if let Err(err) = partition.snapshot_producers() {
+                if let Err(err) = partition.snapshot_producers().await {
                     tracing::error!(topic = %partition.topic, partition = partition.index, error = %err, "writing producer snapshot failed");
                 }
                 if let Err(err) = partition.log.close().await {
@@ -700,7 +700,7 @@ impl Shard {
                 }
                 if retention_due {
                     let _ = log.enforce_retention(now).await;
-                    let _ = partition.snapshot_producers();
+                    let _ = partition.snapshot_producers().await;
                 }
                 glommio::yield_if_needed().await;
             }

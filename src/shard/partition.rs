@@ -27,6 +27,8 @@ pub struct Partition {
     producers: RefCell<HashMap<i64, ProducerEntry>>,
     /// Producer state changed since the last snapshot.
     producers_dirty: Cell<bool>,
+    /// One snapshot write at a time (they share a temporary file).
+    snapshot_lock: glommio::sync::Semaphore,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -48,7 +50,14 @@ pub enum SequenceCheck {
 
 impl Partition {
     pub fn new(topic: String, index: i32, log: Log) -> Self {
-        Self { topic, index, log, producers: RefCell::new(HashMap::new()), producers_dirty: Cell::new(false) }
+        Self {
+            topic,
+            index,
+            log,
+            producers: RefCell::new(HashMap::new()),
+            producers_dirty: Cell::new(false),
+            snapshot_lock: glommio::sync::Semaphore::new(1),
+        }
     }
 
     /// Rebuilds producer state: the snapshot, then the batches after it.
@@ -77,13 +86,19 @@ impl Partition {
     }
 
     /// Writes the producer snapshot if it changed (write, then rename).
-    pub fn snapshot_producers(&self) -> std::io::Result<()> {
+    pub async fn snapshot_producers(&self) -> std::io::Result<()> {
+        let _writing = self.snapshot_lock.acquire_permit(1).await.map_err(|e| std::io::Error::other(e.to_string()))?;
         if !self.producers_dirty.get() {
             return Ok(());
         }
         let encoded = encode_snapshot(self.log.log_end_offset(), &self.producers.borrow());
-        write_atomically(&self.log.dir().join(SNAPSHOT_FILE), &encoded)?;
+        // Cleared first: a batch recorded while the file is written marks
+        // the partition dirty again for the next snapshot.
         self.producers_dirty.set(false);
+        if let Err(err) = write_atomically(&self.log.dir().join(SNAPSHOT_FILE), encoded).await {
+            self.producers_dirty.set(true);
+            return Err(err);
+        }
         Ok(())
     }
 
@@ -173,10 +188,19 @@ fn decode_snapshot(raw: &[u8]) -> Option<(i64, HashMap<i64, ProducerEntry>)> {
     Some((offset, producers))
 }
 
-fn write_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
+/// Writes `data` to a temporary file and renames it over `path`, through
+/// glommio (the create and rename run off the reactor): every dirty
+/// partition of a core is snapshotted in one pass, and synchronous file
+/// calls for thousands of them stalled the core's requests meanwhile.
+async fn write_atomically(path: &Path, data: Vec<u8>) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, data)?;
-    std::fs::rename(&tmp, path)
+    let write = async {
+        let file = glommio::io::BufferedFile::create(&tmp).await?;
+        file.write_at(data, 0).await?;
+        file.close().await?;
+        glommio::io::rename(&tmp, path).await
+    };
+    write.await.map_err(std::io::Error::from)
 }
 
 fn check(entry: &ProducerEntry, header: &BatchHeader) -> Result<SequenceCheck, ErrorCode> {
