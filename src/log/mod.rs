@@ -44,6 +44,7 @@ pub mod index;
 mod read_ahead;
 pub mod recovery;
 mod segment;
+mod write_behind;
 
 use core_cache::CachingLog;
 pub use core_cache::{core_cache_bytes, set_core_cache_bytes_max, CORE_CACHE_BYTES_MAX_DEFAULT};
@@ -275,6 +276,20 @@ impl InjectedFault {
             "sync-eio" => Some(InjectedFault::SyncEio),
             _ => None,
         }
+    }
+}
+
+impl write_behind::PendingWrite for Log {
+    fn start_write(&self) {
+        let log = self.clone();
+        glommio::spawn_local(async move {
+            let _ = log.write_pending(true).await;
+        })
+        .detach();
+    }
+
+    fn pending_bytes(&self) -> usize {
+        self.inner.state.borrow().pending_bytes
     }
 }
 
@@ -777,7 +792,8 @@ impl Log {
     }
 
     /// Write-behind: writes once a chunk is pending, or when the oldest
-    /// unwritten batch has waited `WRITE_BEHIND_DELAY`. Readers are served
+    /// unwritten batch has waited `WRITE_BEHIND_DELAY` (queued with the
+    /// core's other logs, see `write_behind`). Readers are served
     /// from the cache meanwhile, so the delay costs no latency; it turns many
     /// small O_DIRECT writes (each a trip through the kernel's block layer)
     /// into few large ones.
@@ -796,16 +812,16 @@ impl Log {
             state.writer = wanted;
             urgent
         };
-        let log = self.clone();
-        glommio::spawn_local(async move {
-            if urgent {
+        if urgent {
+            let log = self.clone();
+            glommio::spawn_local(async move {
                 glommio::yield_if_needed().await;
-            } else {
-                glommio::timer::sleep(WRITE_BEHIND_DELAY).await;
-            }
-            let _ = log.write_pending(true).await;
-        })
-        .detach();
+                let _ = log.write_pending(true).await;
+            })
+            .detach();
+        } else {
+            write_behind::schedule(Box::new(self.clone()), WRITE_BEHIND_DELAY);
+        }
     }
 
     /// Writes pending data without syncing (write-behind).
