@@ -279,9 +279,16 @@ impl InjectedFault {
     }
 }
 
-impl write_behind::PendingWrite for Log {
+/// A log waiting in its core's write-behind queue. Weak: the queue is a
+/// thread-local that outlives the executor, and a log must not be dropped
+/// there (its files close through the executor). A log is closed, which
+/// writes everything, before its last handle goes.
+struct QueuedLog(Weak<Inner>);
+
+impl write_behind::PendingWrite for QueuedLog {
     fn start_write(&self) {
-        let log = self.clone();
+        let Some(inner) = self.0.upgrade() else { return };
+        let log = Log { inner };
         glommio::spawn_local(async move {
             let _ = log.write_pending(true).await;
         })
@@ -289,7 +296,7 @@ impl write_behind::PendingWrite for Log {
     }
 
     fn pending_bytes(&self) -> usize {
-        self.inner.state.borrow().pending_bytes
+        self.0.upgrade().map_or(0, |inner| inner.state.borrow().pending_bytes)
     }
 }
 
@@ -820,7 +827,7 @@ impl Log {
             })
             .detach();
         } else {
-            write_behind::schedule(Box::new(self.clone()), WRITE_BEHIND_DELAY);
+            write_behind::schedule(Box::new(QueuedLog(Rc::downgrade(&self.inner))), WRITE_BEHIND_DELAY);
         }
     }
 
