@@ -223,3 +223,64 @@ fn ten_thousand_idle_connections_cost_under_10_kib_each() {
     assert!(per_connection <= 10.0 * 1024.0, "{per_connection:.0} bytes per idle connection");
     drop((warm, idle));
 }
+
+/// A request frame that arrives in parts (the first part, a pause, the rest)
+/// is assembled whole: the broker receives what has arrived into the frame
+/// and waits for the rest, and the data it stores is the data sent.
+#[test]
+fn a_frame_arriving_in_parts_is_stored_intact() {
+    use shardlog::protocol::produce::{ProducePartition, ProduceRequest, ProduceResponse, ProduceTopic};
+    use shardlog::protocol::{ApiKey, Reader, Writer};
+
+    let broker = Broker::start(1, &[]);
+    create_topic(&broker, "parts", 1, &[]);
+    let records: Vec<Record> = (0..4)
+        .map(|i| Record {
+            value: Some(Bytes::from((0..200_000).map(|b| (b * 7 + i) as u8).collect::<Vec<u8>>())),
+            offset_delta: i,
+            ..Record::default()
+        })
+        .collect();
+    let data = encode_batch(&records, 1, ProducerFields::NONE);
+    let request = ProduceRequest {
+        transactional_id: None,
+        acks: 1,
+        timeout_ms: 10_000,
+        topics: vec![ProduceTopic {
+            name: "parts".into(),
+            partitions: vec![ProducePartition { index: 0, records: Some(data.clone()) }],
+        }],
+    };
+    let mut w = Writer::new();
+    w.i16(ApiKey::Produce as i16);
+    w.i16(8);
+    w.i32(42);
+    w.nullable_string(Some("parts-test"));
+    request.encode(&mut w);
+    let body = w.into_bytes();
+    let mut frame = (body.len() as i32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&body);
+
+    let mut conn = broker.connect();
+    for (i, part) in frame.chunks(frame.len() / 3 + 1).enumerate() {
+        if i > 0 {
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        conn.send_raw(part).unwrap();
+    }
+    let mut reader = Reader::new(conn.read_frame().expect("a response"));
+    assert_eq!(reader.i32().unwrap(), 42, "correlation id");
+    let response = ProduceResponse::decode(&mut reader, 8).expect("decodes");
+    assert_eq!(response.topics[0].partitions[0].error, ErrorCode::None);
+
+    let answer = fetch(&mut conn, "parts", 0, 0, 0, 1);
+    let stored: Vec<u8> = answer.topics[0].partitions[0].records.iter().flat_map(|b| b.iter().copied()).collect();
+    assert_eq!(stored.len(), data.len());
+    // Bytes 12..16 are the partition leader epoch, which the broker sets.
+    let differ: Vec<usize> = (0..data.len()).filter(|&i| !(12..16).contains(&i) && stored[i] != data[i]).collect();
+    assert!(
+        differ.is_empty(),
+        "the stored batch is the batch sent; differing bytes at {:?}",
+        &differ[..differ.len().min(20)]
+    );
+}
