@@ -27,6 +27,9 @@
 //! 100 partitions and 16 KiB batches this doubled produce throughput). The
 //! price: a process crash loses the unwritten window, which the page cache
 //! would have kept; `always` is the policy for data that must survive.
+//! The delayed writes of a core's logs are timed by one queue per core
+//! (`write_behind`), which writes logs due within a few milliseconds of
+//! each other in one io_uring submission.
 //!
 //! Read path: batches at or after the cache's first offset come from memory;
 //! older ones are read with aligned DMA reads located through the index.
