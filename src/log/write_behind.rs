@@ -114,6 +114,15 @@ mod tests {
         bytes: usize,
     }
 
+    fn in_executor<F: std::future::Future<Output = ()> + 'static>(test: impl FnOnce() -> F + Send + 'static) {
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(1 << 20)
+            .spawn(test)
+            .expect("executor starts")
+            .join()
+            .expect("test passes");
+    }
+
     impl PendingWrite for Probe {
         fn start_write(&self) {
             self.written.borrow_mut().push((self.id, Instant::now()));
@@ -125,88 +134,70 @@ mod tests {
 
     #[test]
     fn logs_are_written_after_the_delay_in_order_and_gathered() {
-        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .io_memory(1 << 20)
-            .spawn(|| async {
-                let written = Rc::new(RefCell::new(Vec::new()));
-                let start = Instant::now();
-                let probe = |id| Box::new(Probe { written: written.clone(), id, bytes: 1 });
-                for id in 0..3 {
-                    schedule_at(probe(id), start + Duration::from_millis(50));
-                }
-                // Due 5 ms after the first three: inside GATHER, written with them.
-                schedule_at(probe(3), start + Duration::from_millis(55));
-                // Due 40 ms later: a pass of its own.
-                schedule_at(probe(4), start + Duration::from_millis(90));
-                assert_eq!(queued(), 5);
-                assert!(written.borrow().is_empty());
+        in_executor(|| async {
+            let written = Rc::new(RefCell::new(Vec::new()));
+            let start = Instant::now();
+            let probe = |id| Box::new(Probe { written: written.clone(), id, bytes: 1 });
+            for id in 0..3 {
+                schedule_at(probe(id), start + Duration::from_millis(50));
+            }
+            // Due 5 ms after the first three: inside GATHER, written with them.
+            schedule_at(probe(3), start + Duration::from_millis(55));
+            // Due 40 ms later: a pass of its own.
+            schedule_at(probe(4), start + Duration::from_millis(90));
+            assert_eq!(queued(), 5);
+            assert!(written.borrow().is_empty());
 
-                glommio::timer::sleep(Duration::from_millis(150)).await;
-                let written = written.borrow();
-                let ids: Vec<usize> = written.iter().map(|(id, _)| *id).collect();
-                assert_eq!(ids, vec![0, 1, 2, 3, 4]);
-                let first_pass = written[0].1;
-                assert!(first_pass >= start + Duration::from_millis(50), "written before it was due");
-                // One pass starts the writes within microseconds of each other.
-                assert!(written[3].1 - first_pass < Duration::from_millis(1), "the fourth is written with the first");
-                assert!(written[4].1 >= start + Duration::from_millis(80), "written more than GATHER early");
-                if first_pass < start + Duration::from_millis(75) {
-                    assert!(written[4].1 - first_pass > Duration::from_millis(5), "the last one has a pass of its own");
-                }
-                assert_eq!(queued(), 0);
-                let runner_stopped = QUEUE.with(|queue| !queue.borrow().running);
-                assert!(runner_stopped);
-            })
-            .unwrap()
-            .join()
-            .unwrap();
+            glommio::timer::sleep(Duration::from_millis(150)).await;
+            let written = written.borrow();
+            let ids: Vec<usize> = written.iter().map(|(id, _)| *id).collect();
+            assert_eq!(ids, vec![0, 1, 2, 3, 4]);
+            let first_pass = written[0].1;
+            assert!(first_pass >= start + Duration::from_millis(50), "written before it was due");
+            // One pass starts the writes within microseconds of each other.
+            assert!(written[3].1 - first_pass < Duration::from_millis(1), "the fourth is written with the first");
+            assert!(written[4].1 >= start + Duration::from_millis(80), "written more than GATHER early");
+            if first_pass < start + Duration::from_millis(75) {
+                assert!(written[4].1 - first_pass > Duration::from_millis(5), "the last one has a pass of its own");
+            }
+            assert_eq!(queued(), 0);
+            let runner_stopped = QUEUE.with(|queue| !queue.borrow().running);
+            assert!(runner_stopped);
+        });
     }
 
     #[test]
     fn a_pass_gathers_early_logs_only_within_the_byte_limit() {
-        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .io_memory(1 << 20)
-            .spawn(|| async {
-                let written = Rc::new(RefCell::new(Vec::new()));
-                let start = Instant::now();
-                schedule_at(
-                    Box::new(Probe { written: written.clone(), id: 0, bytes: GATHER_BYTES / 2 }),
-                    start + Duration::from_millis(20),
-                );
-                // Due within GATHER of the first, but over the byte limit with it.
-                schedule_at(
-                    Box::new(Probe { written: written.clone(), id: 1, bytes: GATHER_BYTES }),
-                    start + Duration::from_millis(25),
-                );
-                glommio::timer::sleep(Duration::from_millis(60)).await;
-                let written = written.borrow();
-                assert_eq!(written.len(), 2);
-                assert!(written[1].1 >= start + Duration::from_millis(25), "written when due, not early");
-            })
-            .unwrap()
-            .join()
-            .unwrap();
+        in_executor(|| async {
+            let written = Rc::new(RefCell::new(Vec::new()));
+            let start = Instant::now();
+            schedule_at(
+                Box::new(Probe { written: written.clone(), id: 0, bytes: GATHER_BYTES / 2 }),
+                start + Duration::from_millis(20),
+            );
+            // Due within GATHER of the first, but over the byte limit with it.
+            schedule_at(
+                Box::new(Probe { written: written.clone(), id: 1, bytes: GATHER_BYTES }),
+                start + Duration::from_millis(25),
+            );
+            glommio::timer::sleep(Duration::from_millis(60)).await;
+            let written = written.borrow();
+            assert_eq!(written.len(), 2);
+            assert!(written[1].1 >= start + Duration::from_millis(25), "written when due, not early");
+        });
     }
 
     #[test]
     fn the_runner_starts_again_after_the_queue_emptied() {
-        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .io_memory(1 << 20)
-            .spawn(|| async {
-                let written = Rc::new(RefCell::new(Vec::new()));
-                for round in 0..3 {
-                    schedule(
-                        Box::new(Probe { written: written.clone(), id: round, bytes: 1 }),
-                        Duration::from_millis(5),
-                    );
-                    glommio::timer::sleep(Duration::from_millis(30)).await;
-                    assert_eq!(written.borrow().len(), round + 1);
-                    let runner_stopped = QUEUE.with(|queue| !queue.borrow().running);
-                    assert!(runner_stopped);
-                }
-            })
-            .unwrap()
-            .join()
-            .unwrap();
+        in_executor(|| async {
+            let written = Rc::new(RefCell::new(Vec::new()));
+            for round in 0..3 {
+                schedule(Box::new(Probe { written: written.clone(), id: round, bytes: 1 }), Duration::from_millis(5));
+                glommio::timer::sleep(Duration::from_millis(30)).await;
+                assert_eq!(written.borrow().len(), round + 1);
+                let runner_stopped = QUEUE.with(|queue| !queue.borrow().running);
+                assert!(runner_stopped);
+            }
+        });
     }
 }
