@@ -23,7 +23,7 @@ use super::verify::{SentStream, StreamId};
 use crate::client::pipelined::{ConnectionOptions, Nodes, PendingResponse};
 use crate::client::ClientError;
 use crate::protocol::produce::{ProducePartition, ProduceRequest, ProduceResponse, ProduceTopic};
-use crate::protocol::record_batch::{BatchBuilder, ProducerFields, HEADER_BYTES as BATCH_HEADER_BYTES};
+use crate::protocol::record_batch::{BatchBuilder, ProducerFields};
 use crate::protocol::ApiKey;
 
 /// Messages made between two looks at the clock and the linger queue.
@@ -49,8 +49,6 @@ struct OpenBatch {
     records: BatchBuilder,
     /// (intended send time, payload bytes) of each record.
     meta: Vec<(Instant, u32)>,
-    bytes: usize,
-    base_timestamp_ms: i64,
     first_sequence: u64,
     opened_at: Instant,
 }
@@ -214,15 +212,13 @@ impl Producer {
                 self.open.entry(partition).or_insert(OpenBatch {
                     records: BatchBuilder::new(timestamp_ms, batch_bytes_max + record_bytes),
                     meta: Vec::new(),
-                    bytes: BATCH_HEADER_BYTES,
-                    base_timestamp_ms: timestamp_ms,
                     first_sequence: sequence,
                     opened_at,
                 })
             }
         };
         batch.records.push_with(
-            timestamp_ms - batch.base_timestamp_ms,
+            timestamp_ms - batch.records.base_timestamp(),
             batch.records.records(),
             key.as_deref(),
             Some(size),
@@ -233,8 +229,8 @@ impl Producer {
             },
         );
         batch.meta.push((intended, payload_bytes));
-        batch.bytes += record_bytes;
-        if batch.bytes + record_bytes > batch_bytes_max {
+        // Send when another record like this one would not fit.
+        if batch.records.len() + record_bytes > batch_bytes_max {
             self.send(vec![partition]).await?;
         }
         Ok(())

@@ -1487,15 +1487,26 @@ fn read_log_start(dir: &Path) -> Result<Option<i64>, LogError> {
 /// partition and connection of the core.
 async fn write_log_start(dir: &Path, offset: i64) -> Result<(), LogError> {
     let path = dir.join(LOG_START_FILE);
-    let tmp = dir.join("log-start.tmp");
+    replace_file(&path, offset.to_string().into_bytes(), true).await.map_err(|e| LogError::io(&path, e))
+}
+
+/// Replaces `path` with `data` atomically: writes a temporary file beside
+/// it (fdatasynced first when `sync`), then renames it over `path`. Every
+/// step goes through glommio, off the reactor: a core writes these for
+/// thousands of partitions in one pass, and blocking file calls for each
+/// stalled its requests meanwhile.
+pub async fn replace_file(path: &Path, data: Vec<u8>, sync: bool) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
     let write = async {
         let file = glommio::io::BufferedFile::create(&tmp).await?;
-        file.write_at(offset.to_string().into_bytes(), 0).await?;
-        file.fdatasync().await?;
+        file.write_at(data, 0).await?;
+        if sync {
+            file.fdatasync().await?;
+        }
         file.close().await?;
-        glommio::io::rename(&tmp, &path).await
+        glommio::io::rename(&tmp, path).await
     };
-    write.await.map_err(|e| LogError::io(&path, e.into()))
+    write.await.map_err(std::io::Error::from)
 }
 
 /// Interval between fdatasyncs under `flush=<ms>`; used by the shard's timer.

@@ -355,6 +355,11 @@ impl BatchBuilder {
         self.records += 1;
     }
 
+    /// The timestamp record timestamp deltas count from.
+    pub fn base_timestamp(&self) -> i64 {
+        self.base_timestamp
+    }
+
     /// Records pushed so far.
     pub fn records(&self) -> i32 {
         self.records

@@ -30,7 +30,9 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, _slot: super::limits::Co
     let _ = stream.set_nodelay(true);
     let _open = crate::metrics::ConnectionGauge::open();
     let peer: Rc<str> = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default().into();
-    let fd = stream.as_raw_fd();
+    // SAFETY: the stream, held by `reader` and `writer`, stays open until
+    // this function returns, and `socket` is used only inside it.
+    let socket = unsafe { BorrowedFd::borrow_raw(stream.as_raw_fd()) };
     let (mut reader, mut writer) = futures_lite::io::split(stream);
     type InFlight = (glommio::Task<handlers::Outcome>, glommio::sync::StaticPermit);
     let (queue, responses) = local_channel::new_bounded::<InFlight>(CONNECTION_IN_FLIGHT_MAX);
@@ -58,9 +60,6 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, _slot: super::limits::Co
         if shard.shutting_down.get() {
             break;
         }
-        // SAFETY: `fd` is the stream's, and the stream (held by `reader`
-        // and `writer`) stays open until this function returns.
-        let socket = unsafe { BorrowedFd::borrow_raw(fd) };
         let (frame, permit) = match read_frame(&shard, &mut reader, socket).await {
             Ok(Some(read)) => read,
             Ok(None) => break,

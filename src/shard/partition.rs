@@ -13,7 +13,6 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
-use std::path::Path;
 
 use crate::constants::PRODUCER_BATCHES_REMEMBERED;
 use crate::log::Log;
@@ -95,7 +94,7 @@ impl Partition {
         // Cleared first: a batch recorded while the file is written marks
         // the partition dirty again for the next snapshot.
         self.producers_dirty.set(false);
-        if let Err(err) = write_atomically(&self.log.dir().join(SNAPSHOT_FILE), encoded).await {
+        if let Err(err) = crate::log::replace_file(&self.log.dir().join(SNAPSHOT_FILE), encoded, false).await {
             self.producers_dirty.set(true);
             return Err(err);
         }
@@ -186,21 +185,6 @@ fn decode_snapshot(raw: &[u8]) -> Option<(i64, HashMap<i64, ProducerEntry>)> {
         producers.insert(producer_id, ProducerEntry { epoch, batches });
     }
     Some((offset, producers))
-}
-
-/// Writes `data` to a temporary file and renames it over `path`, through
-/// glommio (the create and rename run off the reactor): every dirty
-/// partition of a core is snapshotted in one pass, and synchronous file
-/// calls for thousands of them stalled the core's requests meanwhile.
-async fn write_atomically(path: &Path, data: Vec<u8>) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    let write = async {
-        let file = glommio::io::BufferedFile::create(&tmp).await?;
-        file.write_at(data, 0).await?;
-        file.close().await?;
-        glommio::io::rename(&tmp, path).await
-    };
-    write.await.map_err(std::io::Error::from)
 }
 
 fn check(entry: &ProducerEntry, header: &BatchHeader) -> Result<SequenceCheck, ErrorCode> {
