@@ -433,3 +433,42 @@ fn grafana_dashboard_and_deployment_guide_name_only_exported_metrics() {
         assert!(unknown.is_empty(), "{file} names metrics the broker does not export: {unknown:?}");
     }
 }
+
+/// Polls the core's fsync count until it reaches `at_least` or `limit` passes.
+fn wait_for_fsyncs(metrics_port: u16, at_least: f64, limit: Duration) -> f64 {
+    let deadline = Instant::now() + limit;
+    loop {
+        let count = Scrape::take(metrics_port).sum("shardlog_fsync_duration_seconds_count", &[]);
+        if count >= at_least || Instant::now() >= deadline {
+            return count;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn interval_flush_syncs_its_logs_and_flush_never_syncs_none() {
+    let metrics_port = free_ports(1);
+    let broker = Broker::start(1, &["--flush", "never", "--metrics-port", &metrics_port.to_string()]);
+    create_topic(&broker, "lazy", 1, &[]);
+    create_topic(&broker, "timed", 1, &[("flush", "100")]);
+    let mut conn = broker.connect();
+    let mut send = |topic: &str| {
+        assert_eq!(produce(&mut conn, topic, 0, batch(topic, 3), 1).topics[0].partitions[0].error, ErrorCode::None);
+    };
+    send("timed");
+    let first = wait_for_fsyncs(metrics_port, 1.0, Duration::from_secs(5));
+    assert!(first >= 1.0, "a log with a 100 ms flush interval is synced");
+    send("lazy");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(wait_for_fsyncs(metrics_port, f64::MAX, Duration::ZERO), first, "flush never: no fsync");
+    send("timed");
+    assert!(wait_for_fsyncs(metrics_port, first + 1.0, Duration::from_secs(5)) > first, "new data is synced again");
+    // A topic switched to an interval is picked up without a restart.
+    let mut admin = shardlog::client::admin::Admin::connect(&broker.bootstrap()).unwrap();
+    let altered = admin.alter_topic_configs("lazy", &[("flush".into(), Some("100".into()))]).unwrap();
+    assert_eq!(altered.error, ErrorCode::None);
+    let before = wait_for_fsyncs(metrics_port, f64::MAX, Duration::ZERO);
+    send("lazy");
+    assert!(wait_for_fsyncs(metrics_port, before + 1.0, Duration::from_secs(5)) > before, "altered topic is synced");
+}
