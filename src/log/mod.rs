@@ -247,8 +247,6 @@ struct WritePlan {
     buffer: glommio::io::DmaBuffer,
     /// File position after the last data byte in the buffer.
     data_end: u64,
-    /// The partly filled page at `data_end` (empty when aligned).
-    tail: Vec<u8>,
     /// Pre-allocate the file to this size first.
     allocate: Option<u64>,
 }
@@ -878,21 +876,24 @@ impl Log {
     /// filled page of the one before waits for it. Batches count as written
     /// once the writes holding all their bytes complete, in order.
     async fn write_segment_locked(&self) -> Result<(), LogError> {
-        let (mut issued_end, mut head) = {
+        let mut issued_end = {
             let state = self.inner.state.borrow();
-            let active = state.segments.values().next_back().expect("a log always has an active segment");
-            (active.size_bytes, active.tail.clone())
+            state.segments.values().next_back().expect("a log always has an active segment").size_bytes
         };
         let mut in_flight: VecDeque<WriteInFlight> = VecDeque::new();
         loop {
-            let must_drain = !head.is_empty() || in_flight.len() as u64 >= WRITES_IN_FLIGHT;
+            // A partly filled page is rewritten by the next chunk: every
+            // write before it completes first, so the segment's tail is that
+            // page's data.
+            let partial_page = issued_end % PAGE_BYTES != 0;
+            let must_drain = partial_page || in_flight.len() as u64 >= WRITES_IN_FLIGHT;
             while must_drain && !in_flight.is_empty() {
                 self.complete_write(&mut in_flight).await?;
-                if head.is_empty() && (in_flight.len() as u64) < WRITES_IN_FLIGHT {
+                if !partial_page && (in_flight.len() as u64) < WRITES_IN_FLIGHT {
                     break;
                 }
             }
-            let Some(plan) = self.plan_write(issued_end, &head) else { break };
+            let Some(plan) = self.plan_write(issued_end) else { break };
             if let Some(target) = plan.allocate {
                 // The file's size grows with the allocation (no KEEP_SIZE): a
                 // write inside the size is not an extending write, so ext4
@@ -905,7 +906,7 @@ impl Log {
             }
             self.injected(InjectedFault::WriteEio, &plan.path)?;
             let permit = self.inner.writes.clone().acquire_static_permit(1).await.map_err(|_| LogError::Closed)?;
-            let WritePlan { file, path, position, buffer, data_end, tail, .. } = plan;
+            let WritePlan { file, path, position, buffer, data_end, .. } = plan;
             let task = glommio::spawn_local(async move {
                 let _permit = permit;
                 file.write_at(buffer, position).await
@@ -913,7 +914,6 @@ impl Log {
             .detach();
             in_flight.push_back(WriteInFlight { task, path, data_len: (data_end - position) as usize, data_end });
             issued_end = data_end;
-            head = tail;
         }
         while !in_flight.is_empty() {
             self.complete_write(&mut in_flight).await?;
@@ -921,10 +921,11 @@ impl Log {
         Ok(())
     }
 
-    /// The next chunk to write from `issued_end` (whose partly filled page
-    /// holds `head`), or None when every pending byte that fits in the active
-    /// segment is issued.
-    fn plan_write(&self, issued_end: u64, head: &[u8]) -> Option<WritePlan> {
+    /// The next chunk to write from `issued_end`, or None when every pending
+    /// byte that fits in the active segment is issued. A chunk starting in a
+    /// partly filled page is planned once the writes before it completed:
+    /// that page's data is then the active segment's tail.
+    fn plan_write(&self, issued_end: u64) -> Option<WritePlan> {
         let config = self.inner.config.borrow();
         let state = self.inner.state.borrow();
         let active = state.segments.values().next_back()?;
@@ -946,6 +947,8 @@ impl Log {
             return None;
         }
         let start = issued_end - issued_end % PAGE_BYTES;
+        let head: &[u8] = if start < issued_end { &active.tail } else { &[] };
+        debug_assert!(start == issued_end || active.size_bytes == issued_end);
         debug_assert_eq!(head.len() as u64, issued_end - start);
         let data_end = if available_end - issued_end > WRITE_CHUNK_BYTES {
             let end = (issued_end + WRITE_CHUNK_BYTES) / PAGE_BYTES * PAGE_BYTES;
@@ -975,15 +978,12 @@ impl Log {
         }
         let data_len = (data_end - start) as usize;
         bytes[data_len..].fill(0);
-        let tail_start = (data_end - data_end % PAGE_BYTES - start) as usize;
-        let tail = bytes[tail_start..data_len].to_vec();
         Some(WritePlan {
             file: active.file.clone(),
             path: active.log_path.clone(),
             position: start,
             buffer,
             data_end,
-            tail,
             allocate,
         })
     }
@@ -1010,7 +1010,7 @@ impl Log {
         let first_pending = state.cache.partition_point(|b| b.base_offset < state.written_end_offset);
         let active = state.segments.values_mut().next_back().expect("a log always has an active segment");
         let mut position = active.size_bytes;
-        let mut completed: Vec<Bytes> = Vec::new();
+        let mut completed = 0;
         for b in state.cache.range(first_pending..) {
             if position + b.data.len() as u64 > write.data_end {
                 break;
@@ -1032,15 +1032,16 @@ impl Log {
             active.max_timestamp = active.max_timestamp.max(b.max_timestamp);
             position += b.data.len() as u64;
             active.next_offset = b.last_offset + 1;
-            completed.push(b.data.clone());
+            completed += 1;
         }
-        if completed.is_empty() {
+        if completed == 0 {
             return Ok(());
         }
         let written_bytes = position - active.size_bytes;
         let tail_len = (position % PAGE_BYTES) as usize;
         let joined_len = active.tail.len() + written_bytes as usize;
-        active.tail = tail_bytes(&active.tail, &completed, joined_len - tail_len);
+        let written = state.cache.range(first_pending..first_pending + completed).map(|b| &b.data[..]);
+        keep_tail(&mut active.tail, written, joined_len - tail_len);
         active.size_bytes = position;
         state.written_end_offset = active.next_offset;
         state.pending_bytes -= written_bytes as usize;
@@ -1266,19 +1267,22 @@ impl Log {
     }
 }
 
-/// The bytes of (previous tail ++ batches) from `from` on: the new partly
-/// filled page.
-fn tail_bytes(old_tail: &[u8], batches: &[Bytes], from: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(PAGE_BYTES as usize);
-    let mut at = 0usize;
-    for piece in std::iter::once(old_tail).chain(batches.iter().map(|b| &b[..])) {
+/// Keeps the bytes of (`tail` ++ `written`) from `from` on in `tail`, in
+/// place: the new partly filled page, without an allocation per write.
+fn keep_tail<'a>(tail: &mut Vec<u8>, written: impl Iterator<Item = &'a [u8]>, from: usize) {
+    let mut at = tail.len();
+    if from >= at {
+        tail.clear();
+    } else {
+        tail.drain(..from);
+    }
+    for piece in written {
         let end = at + piece.len();
         if end > from {
-            out.extend_from_slice(&piece[from.saturating_sub(at)..]);
+            tail.extend_from_slice(&piece[from.saturating_sub(at)..]);
         }
         at = end;
     }
-    out
 }
 
 /// Drops written batches, oldest first, until the log caches at most
@@ -1514,5 +1518,39 @@ pub fn sync_interval(policy: FlushPolicy) -> Option<Duration> {
     match policy {
         FlushPolicy::IntervalMs(ms) => Some(Duration::from_millis(ms)),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::keep_tail;
+
+    fn kept(tail: &[u8], written: &[&[u8]], from: usize) -> Vec<u8> {
+        let mut tail = tail.to_vec();
+        keep_tail(&mut tail, written.iter().copied(), from);
+        tail
+    }
+
+    #[test]
+    fn keep_tail_keeps_the_joined_bytes_from_the_cut_on() {
+        // The cut inside the old tail: its rest, then everything written.
+        assert_eq!(kept(b"abcd", &[b"ef", b"gh"], 2), b"cdefgh");
+        // The cut inside a written piece.
+        assert_eq!(kept(b"abcd", &[b"ef", b"ghij"], 7), b"hij");
+        // The cut at a piece boundary, and at the very end (page filled).
+        assert_eq!(kept(b"ab", &[b"cd", b"ef"], 4), b"ef");
+        assert_eq!(kept(b"ab", &[b"cd"], 4), b"");
+        // No old tail.
+        assert_eq!(kept(b"", &[b"abc", b"def"], 1), b"bcdef");
+    }
+
+    #[test]
+    fn keep_tail_reuses_the_buffer() {
+        let mut tail = Vec::with_capacity(16);
+        tail.extend_from_slice(b"0123");
+        let before = tail.as_ptr();
+        keep_tail(&mut tail, [&b"4567"[..], b"89"].into_iter(), 6);
+        assert_eq!(tail, b"6789");
+        assert_eq!(tail.as_ptr(), before);
     }
 }
