@@ -362,6 +362,61 @@ fn idempotent_producer_duplicates_are_not_appended_twice_and_gaps_are_refused() 
 }
 
 #[test]
+fn producer_snapshots_follow_segment_rolls_and_carry_the_state_across_a_kill_nine() {
+    let mut broker = Broker::start(1, &[]);
+    create_topic(&broker, "rolls", 1, &[("segment.bytes", "65536")]);
+    let dir = broker.data_dir().join("rolls-0");
+    let snapshot = dir.join("producers");
+    let mut conn = broker.connect();
+    let producer_id = init_producer_id(&mut conn);
+    let idempotent = |sequence: i32, count: usize| {
+        encode_batch(
+            &records(&format!("r{sequence}"), count),
+            1_000,
+            ProducerFields { producer_id, producer_epoch: 0, base_sequence: sequence },
+        )
+    };
+    let send = |conn: &mut shardlog::client::Connection, sequence: i32, count: usize| {
+        let answer = produce(conn, "rolls", 0, idempotent(sequence, count), -1);
+        assert_eq!(answer.topics[0].partitions[0].error, ErrorCode::None);
+        answer.topics[0].partitions[0].base_offset
+    };
+    assert_eq!(send(&mut conn, 0, 20), 0);
+    // Within one segment a restore replays the segment: no snapshot, however
+    // long the state waits (the maintenance pass runs every 5 s).
+    std::thread::sleep(Duration::from_secs(6));
+    assert!(!snapshot.exists(), "no snapshot before a roll");
+    let segments = || {
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension() == Some("log".as_ref()))
+            .count()
+    };
+    let (mut sequence, mut last_before_roll) = (20, (0, 0));
+    while segments() < 2 {
+        assert!(sequence < 20_000, "64 KiB segments roll");
+        last_before_roll = (sequence, send(&mut conn, sequence, 20));
+        sequence += 20;
+    }
+    let first_after_roll = send(&mut conn, sequence, 20);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !snapshot.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(snapshot.exists(), "a roll leads to a snapshot within a maintenance pass");
+    // The last batch before the roll lives in the old segment, which a
+    // restore does not replay: only the snapshot knows it.
+    broker.kill();
+    broker.spawn();
+    let mut conn = broker.connect();
+    let retry = produce(&mut conn, "rolls", 0, idempotent(last_before_roll.0, 20), -1);
+    assert_eq!(retry.topics[0].partitions[0].error, ErrorCode::None);
+    assert_eq!(retry.topics[0].partitions[0].base_offset, last_before_roll.1, "duplicate detected after kill -9");
+    let retry = produce(&mut conn, "rolls", 0, idempotent(sequence, 20), -1);
+    assert_eq!(retry.topics[0].partitions[0].base_offset, first_after_roll, "and in the active segment");
+}
+
+#[test]
 fn shared_listener_serves_partitions_of_every_core_on_one_port() {
     let broker = Broker::start(2, &["--listener", "shared"]);
     create_topic(&broker, "shared", 4, &[]);

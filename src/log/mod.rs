@@ -457,6 +457,19 @@ impl Log {
         self.inner.state.borrow().log_start_offset
     }
 
+    /// The end of what a crash keeps: synced batches under flush `always`
+    /// (an acknowledgement waits for the sync), written ones otherwise (a
+    /// process crash keeps what reached the device; acknowledged data not
+    /// yet written is what flush `never` risks).
+    pub fn durable_end_offset(&self) -> i64 {
+        let state = self.inner.state.borrow();
+        if self.inner.config.borrow().flush == FlushPolicy::Always {
+            state.synced_end_offset
+        } else {
+            state.written_end_offset
+        }
+    }
+
     pub fn log_end_offset(&self) -> i64 {
         self.inner.state.borrow().log_end_offset
     }

@@ -680,7 +680,7 @@ impl Shard {
     /// logs with an interval flush policy, found by the last full walk;
     /// every `FULL_WALK_INTERVAL_MS` all of them (failed logs, config
     /// changes); every `RETENTION_INTERVAL_MS` all of them with retention
-    /// and producer snapshots.
+    /// and the producer snapshots of logs that rolled.
     pub async fn run_maintenance(self: Rc<Self>) {
         let mut last_retention_ms = 0u64;
         let mut last_walk_ms = 0u64;
@@ -720,7 +720,7 @@ impl Shard {
                 }
                 if retention_due {
                     let _ = log.enforce_retention(now).await;
-                    let _ = partition.snapshot_producers().await;
+                    let _ = partition.snapshot_producers_if_rolled().await;
                 }
                 glommio::yield_if_needed().await;
             }

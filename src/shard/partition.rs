@@ -6,6 +6,13 @@
 //! batches after that offset are replayed from the log. Without a usable
 //! snapshot the active segment is replayed.
 //!
+//! Like Kafka, a snapshot is written when the replay it saves would reach
+//! back past the active segment (after a roll) and at a clean shutdown, not
+//! on a timer: a timer rewrote the file of every partition an idempotent
+//! producer had touched, thousands of file replaces every few seconds with
+//! thousands of partitions. After a kill -9 the replay reads at most the
+//! active segment, which recovery scans anyway.
+//!
 //! ```text
 //! producers: "SLPROD01" | crc32 (of the rest) u32 LE | snapshot_offset i64 BE | count u32 BE |
 //!            count × ( producer_id i64 | epoch i16 | n u8 | n × (first_seq i32 | last_seq i32 | base_offset i64) )
@@ -26,6 +33,12 @@ pub struct Partition {
     producers: RefCell<HashMap<i64, ProducerEntry>>,
     /// Producer state changed since the last snapshot.
     producers_dirty: Cell<bool>,
+    /// Where a restore would start replaying: the offset of the snapshot on
+    /// disk, or without one the active segment's base when the partition
+    /// was opened.
+    replay_from: Cell<i64>,
+    /// A snapshot file exists (written or read by this partition).
+    has_snapshot: Cell<bool>,
     /// One snapshot write at a time (they share a temporary file).
     snapshot_lock: glommio::sync::Semaphore,
 }
@@ -55,6 +68,8 @@ impl Partition {
             log,
             producers: RefCell::new(HashMap::new()),
             producers_dirty: Cell::new(false),
+            replay_from: Cell::new(0),
+            has_snapshot: Cell::new(false),
             snapshot_lock: glommio::sync::Semaphore::new(1),
         }
     }
@@ -62,12 +77,13 @@ impl Partition {
     /// Rebuilds producer state: the snapshot, then the batches after it.
     pub async fn restore_producers(&self) -> Result<(), crate::log::LogError> {
         let path = self.log.dir().join(SNAPSHOT_FILE);
-        let (mut offset, producers) = match std::fs::read(&path).ok().and_then(|raw| decode_snapshot(&raw)) {
-            Some((offset, producers)) => (offset, producers),
-            None => (self.log.active_segment_base_offset(), HashMap::new()),
-        };
+        let snapshot = std::fs::read(&path).ok().and_then(|raw| decode_snapshot(&raw));
+        self.has_snapshot.set(snapshot.is_some());
+        let (mut offset, producers) =
+            snapshot.unwrap_or_else(|| (self.log.active_segment_base_offset(), HashMap::new()));
         *self.producers.borrow_mut() = producers;
         offset = offset.clamp(self.log.log_start_offset(), self.log.high_watermark());
+        self.replay_from.set(offset);
         while offset < self.log.high_watermark() {
             let read = self.log.read(offset, 1 << 20).await?;
             let Some(last) = read.batches.last() else { break };
@@ -84,13 +100,33 @@ impl Partition {
         Ok(())
     }
 
-    /// Writes the producer snapshot if it changed (write, then rename).
+    /// Writes the producer snapshot if it changed (write, then rename): at
+    /// a clean shutdown.
     pub async fn snapshot_producers(&self) -> std::io::Result<()> {
+        self.write_snapshot(|partition| partition.producers_dirty.get()).await
+    }
+
+    /// Writes the producer snapshot if a restore would otherwise replay
+    /// more than the active segment: the segment rolled since the snapshot
+    /// (or since the open that rebuilt the state from the active segment).
+    pub async fn snapshot_producers_if_rolled(&self) -> std::io::Result<()> {
+        self.write_snapshot(|partition| {
+            (partition.producers_dirty.get() || partition.has_snapshot.get())
+                && partition.replay_from.get() < partition.log.active_segment_base_offset()
+        })
+        .await
+    }
+
+    async fn write_snapshot(&self, due: impl Fn(&Self) -> bool) -> std::io::Result<()> {
         let _writing = self.snapshot_lock.acquire_permit(1).await.map_err(|e| std::io::Error::other(e.to_string()))?;
-        if !self.producers_dirty.get() {
+        if !due(self) {
             return Ok(());
         }
-        let encoded = encode_snapshot(self.log.log_end_offset(), &self.producers.borrow());
+        // As of what a crash keeps: a batch appended but not yet durable
+        // is left to the replay, so that if the crash loses it the producer's
+        // retry is appended instead of answered as a duplicate.
+        let offset = self.log.durable_end_offset();
+        let encoded = encode_snapshot(offset, &self.producers.borrow());
         // Cleared first: a batch recorded while the file is written marks
         // the partition dirty again for the next snapshot.
         self.producers_dirty.set(false);
@@ -98,6 +134,8 @@ impl Partition {
             self.producers_dirty.set(true);
             return Err(err);
         }
+        self.has_snapshot.set(true);
+        self.replay_from.set(offset);
         Ok(())
     }
 
@@ -143,8 +181,9 @@ fn encode_snapshot(offset: i64, producers: &HashMap<i64, ProducerEntry>) -> Vec<
     for (producer_id, entry) in producers {
         body.extend_from_slice(&producer_id.to_be_bytes());
         body.extend_from_slice(&entry.epoch.to_be_bytes());
-        body.push(entry.batches.len() as u8);
-        for (first, last, base) in &entry.batches {
+        let kept: Vec<_> = entry.batches.iter().filter(|(_, _, base)| *base < offset).collect();
+        body.push(kept.len() as u8);
+        for (first, last, base) in kept {
             body.extend_from_slice(&first.to_be_bytes());
             body.extend_from_slice(&last.to_be_bytes());
             body.extend_from_slice(&base.to_be_bytes());
@@ -261,6 +300,15 @@ mod tests {
         broken[last] ^= 1;
         assert_eq!(decode_snapshot(&broken), None);
         assert_eq!(decode_snapshot(&encoded[..10]), None);
+    }
+
+    #[test]
+    fn snapshot_leaves_batches_at_or_past_its_offset_to_the_replay() {
+        let mut producers = HashMap::new();
+        producers.insert(7, entry_after(&[(2, 0, 3, 100), (2, 3, 2, 103)]));
+        let (offset, decoded) = decode_snapshot(&encode_snapshot(103, &producers)).unwrap();
+        assert_eq!(offset, 103);
+        assert_eq!(decoded[&7], entry_after(&[(2, 0, 3, 100)]));
     }
 
     #[test]
