@@ -728,6 +728,10 @@ impl Log {
     /// Deletes whole segments that are past retention (time or size) or wholly
     /// below the log start offset. The active segment is never deleted.
     pub async fn enforce_retention(&self, now_ms: u64) -> Result<usize, LogError> {
+        if self.segment_count() <= 1 {
+            // The active segment is never deleted: nothing to wait for.
+            return Ok(0);
+        }
         let _permit = self.inner.flush_lock.acquire_permit(1).await.map_err(|_| LogError::Closed)?;
         let config = self.config();
         let doomed: Vec<Segment> = {

@@ -118,6 +118,9 @@ impl Partition {
     }
 
     async fn write_snapshot(&self, due: impl Fn(&Self) -> bool) -> std::io::Result<()> {
+        if !due(self) {
+            return Ok(());
+        }
         let _writing = self.snapshot_lock.acquire_permit(1).await.map_err(|e| std::io::Error::other(e.to_string()))?;
         if !due(self) {
             return Ok(());
