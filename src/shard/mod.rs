@@ -704,7 +704,7 @@ impl Shard {
                     partitions.values().skip(visited).take(count.div_ceil(TICKS_PER_CYCLE)).cloned().collect();
                 (share, count)
             };
-            let retention = cycle % CYCLES_PER_RETENTION == 0;
+            let retention = cycle.is_multiple_of(CYCLES_PER_RETENTION);
             visited += share.len();
             for partition in share {
                 if self.shutting_down.get() {
