@@ -676,7 +676,7 @@ impl Shard {
     ///
     /// Walking every partition is the cost here: at ten thousand partitions
     /// a walk of all of them held the core for 1 ms (6 ms with retention),
-    /// long enough to show in the produce p99.9, and glommio's preemption
+    /// long enough to show in the produce p99, and glommio's preemption
     /// does not come within it. So the walk is spread out: each tick visits
     /// its share of the partitions, and a cycle of `TICKS_PER_CYCLE` ticks
     /// visits them all (failed logs, the set of logs with an interval
