@@ -190,6 +190,43 @@ fn restart_keeps_every_acknowledged_record() {
     }
 }
 
+/// Bytes the process (and its io_uring workers) had the block layer read.
+fn storage_read_bytes(broker: &Broker) -> u64 {
+    let pid = broker.child.as_ref().expect("broker running").id();
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).expect("/proc/PID/io");
+    io.lines().find_map(|line| line.strip_prefix("read_bytes: ")).expect("read_bytes").trim().parse().unwrap()
+}
+
+#[test]
+fn a_clean_restart_reads_no_log_data_and_a_crash_restart_scans_the_active_segment() {
+    let mut broker = Broker::start(1, &[]);
+    create_topic(&broker, "quiet", 1, &[]);
+    let mut conn = broker.connect();
+    for round in 0..80 {
+        let answer = produce(&mut conn, "quiet", 0, batch(&format!("round-{round}"), 1000), -1);
+        assert_eq!(answer.topics[0].partitions[0].error, ErrorCode::None);
+    }
+    let segment_bytes: u64 = std::fs::read_dir(broker.data_dir().join("quiet-0"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension() == Some("log".as_ref()))
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum();
+    assert!(segment_bytes > 2 << 20, "{segment_bytes} bytes written");
+    // The clean stop recorded where the segment ends and the producer state
+    // (none): the start reads at most the last page and the index.
+    broker.restart();
+    let clean = storage_read_bytes(&broker);
+    assert!(clean < 64 << 10, "a clean restart read {clean} bytes");
+    // After a kill -9 the active segment is scanned and replayed.
+    broker.kill();
+    broker.spawn();
+    let crashed = storage_read_bytes(&broker);
+    assert!(crashed > segment_bytes, "a crash restart read {crashed} of {segment_bytes} bytes");
+    let mut conn = broker.connect();
+    assert_eq!(values(&read_batches(&mut conn, "quiet", 0)).len(), 80_000);
+}
+
 #[test]
 fn kill_nine_keeps_records_acknowledged_under_flush_always() {
     let mut broker = Broker::start(1, &[]);

@@ -128,6 +128,69 @@ fn reopen_after_clean_close_keeps_everything() {
     });
 }
 
+#[test]
+fn clean_reopen_takes_the_end_from_the_marker_and_scans_nothing() {
+    // One segment: older segments are still checked from their last index
+    // entry on every open (a few KiB each).
+    let one_segment = || LogConfig { segment_bytes: 1 << 30, cache_bytes_max: 16 << 10, ..LogConfig::default() };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let sent: Vec<Bytes> = (0..300).map(|i| batch(i, 3, 5_000 + i as i64)).collect();
+    let (p, s) = (path.clone(), sent.clone());
+    run(move || async move {
+        let (log, _) = Log::open(&p, one_segment()).await.unwrap();
+        append_all(&log, &s).await;
+        log.close().await.unwrap();
+        let (log, report) = Log::open(&p, one_segment()).await.unwrap();
+        assert!(report.clean_shutdown);
+        assert_eq!(report.scanned_bytes, 0, "a clean open reads no batches");
+        assert_eq!(log.log_end_offset(), 900);
+        // The largest timestamp came from the marker, not from a scan.
+        assert_eq!(log.offset_for_timestamp(5_301).await.unwrap(), Some((899, 5_301)));
+        assert_eq!(log.offset_for_timestamp(5_302).await.unwrap(), None);
+        // Appends continue on the partly filled last page the open read.
+        assert_eq!(append_all(&log, &[batch(1, 2, 9_999)]).await, vec![900]);
+        log.close().await.unwrap();
+        let (log, report) = Log::open(&p, one_segment()).await.unwrap();
+        assert_eq!(report.scanned_bytes, 0);
+        assert_eq!(log.log_end_offset(), 902);
+        let mut expected = s.clone();
+        expected.push(batch(1, 2, 9_999));
+        same_content(&read_all(&log, 0, 1 << 20).await, &expected);
+        log.close().await.unwrap();
+    });
+    // A segment that changed after the clean close no longer matches the
+    // marker: the open scans it, as after a crash.
+    let segment = last_segment(&path);
+    let valid = std::fs::metadata(&segment).unwrap().len();
+    let mut file = std::fs::OpenOptions::new().append(true).open(&segment).unwrap();
+    std::io::Write::write_all(&mut file, &[7u8; 5000]).unwrap();
+    drop(file);
+    let (p, s) = (path.clone(), sent.clone());
+    run(move || async move {
+        let (log, report) = Log::open(&p, one_segment()).await.unwrap();
+        assert!(report.clean_shutdown);
+        assert!(report.scanned_bytes > 0);
+        assert_eq!(report.truncated_bytes, 5000);
+        assert_eq!(log.log_end_offset(), 902);
+        same_content(&read_all(&log, 0, 1 << 20).await[..300], &s);
+        log.close().await.unwrap();
+    });
+    assert_eq!(std::fs::metadata(&segment).unwrap().len(), valid);
+    // An empty marker (written by earlier versions) means clean but says
+    // nothing of the end: the open scans.
+    std::fs::write(path.join("clean"), b"").unwrap();
+    run(move || async move {
+        let (log, report) = Log::open(&path, one_segment()).await.unwrap();
+        assert!(report.clean_shutdown);
+        assert!(report.scanned_bytes > 0);
+        assert_eq!(report.truncated_bytes, 0);
+        assert_eq!(log.log_end_offset(), 902);
+        assert_eq!(log.offset_for_timestamp(9_999).await.unwrap(), Some((900, 9_999)));
+        log.close().await.unwrap();
+    });
+}
+
 /// A batch of about `bytes` in 1 KiB records, its values marked with `number`.
 fn sized_batch(number: usize, bytes: usize) -> Bytes {
     let records: Vec<Record> = (0..(bytes / 1040).max(1))

@@ -334,6 +334,55 @@ const READ_CHUNK_BYTES: u64 = 1 << 20;
 const CLEAN_MARKER: &str = "clean";
 const LOG_START_FILE: &str = "log-start";
 
+/// The clean marker's content: where the active segment ended at the clean
+/// close, so the next open need not scan for it. An empty or unreadable
+/// marker (older versions wrote it empty) still means a clean close; the
+/// open then scans as after a crash.
+///
+/// ```text
+/// clean: "SLCLEAN1" | crc32 (of the rest) u32 LE | base_offset i64 BE | size_bytes u64 BE |
+///        next_offset i64 BE | max_timestamp i64 BE
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CleanEnd {
+    base_offset: i64,
+    size_bytes: u64,
+    next_offset: i64,
+    max_timestamp: i64,
+}
+
+const CLEAN_MAGIC: &[u8; 8] = b"SLCLEAN1";
+
+impl CleanEnd {
+    fn encode(&self) -> Vec<u8> {
+        let mut body = Vec::with_capacity(32);
+        body.extend_from_slice(&self.base_offset.to_be_bytes());
+        body.extend_from_slice(&self.size_bytes.to_be_bytes());
+        body.extend_from_slice(&self.next_offset.to_be_bytes());
+        body.extend_from_slice(&self.max_timestamp.to_be_bytes());
+        let mut out = Vec::with_capacity(44);
+        out.extend_from_slice(CLEAN_MAGIC);
+        out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        out.extend_from_slice(&body);
+        out
+    }
+
+    fn decode(raw: &[u8]) -> Option<CleanEnd> {
+        let rest = raw.strip_prefix(CLEAN_MAGIC)?;
+        let (crc, body) = rest.split_first_chunk::<4>()?;
+        if body.len() != 32 || crc32fast::hash(body).to_le_bytes() != *crc {
+            return None;
+        }
+        let field = |i: usize| body[i * 8..i * 8 + 8].try_into().ok();
+        Some(CleanEnd {
+            base_offset: i64::from_be_bytes(field(0)?),
+            size_bytes: u64::from_be_bytes(field(1)?),
+            next_offset: i64::from_be_bytes(field(2)?),
+            max_timestamp: i64::from_be_bytes(field(3)?),
+        })
+    }
+}
+
 pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
@@ -345,10 +394,14 @@ impl Log {
         std::fs::create_dir_all(&dir).map_err(|e| LogError::io(&dir, e))?;
         probe_device(&dir).await?;
         let marker = dir.join(CLEAN_MARKER);
-        let clean_shutdown = marker.exists();
-        if clean_shutdown {
-            std::fs::remove_file(&marker).map_err(|e| LogError::io(&marker, e))?;
-        }
+        let (clean_shutdown, clean_end) = match std::fs::read(&marker) {
+            Ok(raw) => {
+                std::fs::remove_file(&marker).map_err(|e| LogError::io(&marker, e))?;
+                (true, CleanEnd::decode(&raw))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (false, None),
+            Err(e) => return Err(LogError::io(&marker, e)),
+        };
         let mut base_offsets = list_segments(&dir)?;
         // A new log has nothing to recover.
         let mut report =
@@ -358,7 +411,9 @@ impl Log {
         let now = now_ms();
         let last_base = base_offsets.last().copied();
         for base in base_offsets {
-            match open_segment(&dir, base, Some(base) == last_base, &config, now, &mut report).await {
+            let is_last = Some(base) == last_base;
+            let known_end = clean_end.filter(|end| is_last && end.base_offset == base);
+            match open_segment(&dir, base, is_last, known_end, &config, now, &mut report).await {
                 Ok(segment) => {
                     segments.insert(base, segment);
                 }
@@ -777,8 +832,14 @@ impl Log {
     }
 
     /// Writes and syncs everything, persists indexes, trims pre-allocation and
-    /// leaves the clean marker. The log refuses appends afterwards.
+    /// leaves the clean marker, which records where the active segment ends
+    /// so that the next open need not scan it. The log refuses appends
+    /// afterwards.
     pub async fn close(&self) -> Result<(), LogError> {
+        self.close_leaving_marker(true).await
+    }
+
+    async fn close_leaving_marker(&self, leave_marker: bool) -> Result<(), LogError> {
         let _permit = self.inner.flush_lock.acquire_permit(1).await.map_err(|_| LogError::Closed)?;
         if self.inner.state.borrow().failed.is_none() {
             self.write_and_sync_locked(true).await?;
@@ -797,11 +858,28 @@ impl Log {
         for file in files {
             file.fdatasync().await.map_err(|e| LogError::io(&path, e.into()))?;
         }
-        if self.inner.state.borrow().failed.is_none() {
+        if leave_marker && self.inner.state.borrow().failed.is_none() {
+            let end = {
+                let state = self.inner.state.borrow();
+                state.segments.values().next_back().map(|active| CleanEnd {
+                    base_offset: active.base_offset,
+                    size_bytes: active.size_bytes,
+                    next_offset: active.next_offset,
+                    max_timestamp: active.max_timestamp,
+                })
+            };
             let marker = self.inner.dir.join(CLEAN_MARKER);
-            std::fs::write(&marker, b"").map_err(|e| LogError::io(&marker, e))?;
+            std::fs::write(&marker, end.map(|end| end.encode()).unwrap_or_default())
+                .map_err(|e| LogError::io(&marker, e))?;
         }
         Ok(())
+    }
+
+    /// Closes like `close` but leaves no clean marker, so the next open
+    /// scans the last segment and the partition replays it: for when state
+    /// kept beside the log (the producer snapshot) could not be saved.
+    pub async fn close_unmarked(&self) -> Result<(), LogError> {
+        self.close_leaving_marker(false).await
     }
 
     /// Removes the log's directory (topic deletion). The log must be closed.
@@ -1359,29 +1437,35 @@ fn list_segments(dir: &Path) -> Result<Vec<i64>, LogError> {
     Ok(out)
 }
 
-async fn open_segment(
-    dir: &Path,
+/// Where a segment's valid data ends.
+struct SegmentEnd {
+    position: u64,
+    next_offset: i64,
+    max_timestamp: i64,
+    bytes_since_index: u64,
+}
+
+/// Finds where a segment's valid batches end, as after a crash: from the
+/// last index entry that points at the batch it claims, reads and checks
+/// every batch to the end of the file, adding the index entries the crash
+/// lost.
+async fn scan_segment_end(
+    file: &glommio::io::DmaFile,
+    log_path: &Path,
     base: i64,
-    is_last: bool,
+    file_size: u64,
+    index: &mut SegmentIndex,
     config: &LogConfig,
-    now: u64,
     report: &mut RecoveryReport,
-) -> Result<Segment, LogError> {
-    let log_path = dir.join(segment::file_name(base, "log"));
-    let file = segment::open_dma(&log_path, false).await?;
-    let file_size = file.file_size().await.map_err(|e| LogError::io(&log_path, e.into()))?;
-    let offsets = std::fs::read(log_path.with_extension("index")).unwrap_or_default();
-    let times = std::fs::read(log_path.with_extension("timeindex")).unwrap_or_default();
-    let mut index = SegmentIndex::decode(&offsets, &times, file_size);
+) -> Result<SegmentEnd, LogError> {
     let batch_bytes_max = config.batch_bytes_max.max(1 << 20);
-    // Start from the last index entry that points at the batch it claims.
     let mut start = (0u64, base);
     while let Some(entry) = index.offsets.last().copied() {
         let expected = base + i64::from(entry.relative_offset);
         let probe = file
             .read_at(u64::from(entry.position), record_batch::HEADER_BYTES)
             .await
-            .map_err(|e| LogError::io(&log_path, e.into()))?;
+            .map_err(|e| LogError::io(log_path, e.into()))?;
         if probe.len() == record_batch::HEADER_BYTES && record_batch::read_i64(&probe, 0) == expected {
             start = (u64::from(entry.position), expected);
             break;
@@ -1392,13 +1476,12 @@ async fn open_segment(
     let (mut position, mut next_offset) = start;
     let mut max_timestamp = index.times.last().map_or(i64::MIN, |t| t.max_timestamp);
     let mut bytes_since_index = 0u64;
-    let scan_from = position;
     loop {
         let len = READ_CHUNK_BYTES.max(batch_bytes_max as u64).min(file_size.saturating_sub(position)) as usize;
         if len == 0 {
             break;
         }
-        let chunk = file.read_at(position, len).await.map_err(|e| LogError::io(&log_path, e.into()))?;
+        let chunk = file.read_at(position, len).await.map_err(|e| LogError::io(log_path, e.into()))?;
         let scan = recovery::scan(&chunk, next_offset, batch_bytes_max);
         for batch in &scan.batches {
             let batch_position = position + batch.position as u64;
@@ -1427,7 +1510,38 @@ async fn open_segment(
             break;
         }
     }
-    report.scanned_bytes += position - scan_from;
+    report.scanned_bytes += position - start.0;
+    Ok(SegmentEnd { position, next_offset, max_timestamp, bytes_since_index })
+}
+
+async fn open_segment(
+    dir: &Path,
+    base: i64,
+    is_last: bool,
+    clean_end: Option<CleanEnd>,
+    config: &LogConfig,
+    now: u64,
+    report: &mut RecoveryReport,
+) -> Result<Segment, LogError> {
+    let log_path = dir.join(segment::file_name(base, "log"));
+    let file = segment::open_dma(&log_path, false).await?;
+    let file_size = file.file_size().await.map_err(|e| LogError::io(&log_path, e.into()))?;
+    let offsets = std::fs::read(log_path.with_extension("index")).unwrap_or_default();
+    let times = std::fs::read(log_path.with_extension("timeindex")).unwrap_or_default();
+    let mut index = SegmentIndex::decode(&offsets, &times, file_size);
+    let end = match clean_end.filter(|end| end.size_bytes == file_size) {
+        // A clean close recorded where the segment ends and persisted its
+        // index: nothing to scan. (Scanning the last segment of every
+        // partition was most of a clean restart's disk reads.)
+        Some(clean) => SegmentEnd {
+            position: clean.size_bytes,
+            next_offset: clean.next_offset,
+            max_timestamp: clean.max_timestamp,
+            bytes_since_index: clean.size_bytes - index.offsets.last().map_or(0, |entry| u64::from(entry.position)),
+        },
+        None => scan_segment_end(&file, &log_path, base, file_size, &mut index, config, report).await?,
+    };
+    let SegmentEnd { position, next_offset, max_timestamp, bytes_since_index } = end;
     if position < file_size {
         if !is_last {
             tracing::warn!(segment = %log_path.display(), valid_bytes = position, file_size, "older segment has an invalid tail; truncating");
@@ -1540,7 +1654,22 @@ pub fn sync_interval(policy: FlushPolicy) -> Option<Duration> {
 
 #[cfg(test)]
 mod tests {
-    use super::keep_tail;
+    use super::{keep_tail, CleanEnd};
+
+    #[test]
+    fn clean_end_round_trips_and_rejects_damage() {
+        let end =
+            CleanEnd { base_offset: 1 << 40, size_bytes: 123_456, next_offset: (1 << 40) + 77, max_timestamp: -5 };
+        let encoded = end.encode();
+        assert_eq!(CleanEnd::decode(&encoded), Some(end));
+        for at in [0, 9, 20, encoded.len() - 1] {
+            let mut broken = encoded.clone();
+            broken[at] ^= 1;
+            assert_eq!(CleanEnd::decode(&broken), None, "flipped byte {at}");
+        }
+        assert_eq!(CleanEnd::decode(&encoded[..encoded.len() - 1]), None);
+        assert_eq!(CleanEnd::decode(b""), None);
+    }
 
     fn kept(tail: &[u8], written: &[&[u8]], from: usize) -> Vec<u8> {
         let mut tail = tail.to_vec();

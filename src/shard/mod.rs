@@ -292,7 +292,11 @@ impl Shard {
             log.inject_fault(fault);
         }
         let partition = Rc::new(Partition::new(topic.clone(), index, log));
-        partition.restore_producers().await.map_err(|source| ShardError::Log { topic, partition: index, source })?;
+        partition.restore_producers(report.clean_shutdown).await.map_err(|source| ShardError::Log {
+            topic,
+            partition: index,
+            source,
+        })?;
         Ok(partition)
     }
 
@@ -660,10 +664,14 @@ impl Shard {
         // Closing is a write, a trim and an fdatasync per log: many at once.
         let closing = futures::stream::iter(partitions)
             .map(|partition| async move {
-                if let Err(err) = partition.snapshot_producers().await {
-                    tracing::error!(topic = %partition.topic, partition = partition.index, error = %err, "writing producer snapshot failed");
-                }
-                if let Err(err) = partition.log.close().await {
+                let closed = match partition.snapshot_producers().await {
+                    Ok(()) => partition.log.close().await,
+                    Err(err) => {
+                        tracing::error!(topic = %partition.topic, partition = partition.index, error = %err, "writing producer snapshot failed; the next start replays the log");
+                        partition.log.close_unmarked().await
+                    }
+                };
+                if let Err(err) = closed {
                     tracing::error!(topic = %partition.topic, partition = partition.index, error = %err, "closing log failed");
                 }
             })
@@ -856,7 +864,7 @@ impl Shard {
         match Log::open(failed.log.dir().to_path_buf(), config).await {
             Ok((log, report)) => {
                 let partition = Rc::new(Partition::new(key.0.clone(), key.1, log));
-                if let Err(err) = partition.restore_producers().await {
+                if let Err(err) = partition.restore_producers(report.clean_shutdown).await {
                     tracing::error!(topic = %key.0, partition = key.1, error = %err, "reopened log unreadable");
                     return;
                 }
