@@ -5,7 +5,7 @@ use std::path::Path;
 
 use bytes::{Bytes, BytesMut};
 use glommio::{LocalExecutorBuilder, Placement};
-use shardlog::log::{FlushPolicy, InjectedFault, Log, LogConfig, LogError};
+use shardlog::log::{FlushPolicy, InjectedFault, Log, LogConfig, LogError, CLEAN_XATTR};
 use shardlog::protocol::record_batch::{self, encode_batch, BatchHeader, ProducerFields, Record};
 
 fn run<F, T>(future: impl FnOnce() -> F + Send + 'static) -> T
@@ -114,10 +114,12 @@ fn reopen_after_clean_close_keeps_everything() {
         append_all(&log, &s).await;
         log.close().await.unwrap();
     });
-    assert!(path.join("clean").exists());
+    assert!(clean_mark(&path).is_some(), "a clean close marks the active segment");
     run(move || async move {
         let (log, report) = Log::open(&path, small_segments(FlushPolicy::Always)).await.unwrap();
         assert!(report.clean_shutdown);
+        // The open took the mark away: a crash from here on is not clean.
+        assert_eq!(clean_mark(&path), None);
         assert_eq!(report.truncated_bytes, 0);
         assert_eq!(log.log_end_offset(), 900);
         same_content(&read_all(&log, 0, 1 << 20).await, &sent);
@@ -129,7 +131,7 @@ fn reopen_after_clean_close_keeps_everything() {
 }
 
 #[test]
-fn clean_reopen_takes_the_end_from_the_marker_and_scans_nothing() {
+fn clean_reopen_takes_the_end_from_the_mark_and_scans_nothing() {
     // One segment: older segments are still checked from their last index
     // entry on every open (a few KiB each).
     let one_segment = || LogConfig { segment_bytes: 1 << 30, cache_bytes_max: 16 << 10, ..LogConfig::default() };
@@ -177,16 +179,44 @@ fn clean_reopen_takes_the_end_from_the_marker_and_scans_nothing() {
         log.close().await.unwrap();
     });
     assert_eq!(std::fs::metadata(&segment).unwrap().len(), valid);
-    // An empty marker (written by earlier versions) means clean but says
-    // nothing of the end: the open scans.
+    // An empty marker file (written by earlier versions instead of the
+    // mark) means clean but says nothing of the end: the open scans.
+    xattr::remove(last_segment(&path), CLEAN_XATTR).unwrap();
     std::fs::write(path.join("clean"), b"").unwrap();
     run(move || async move {
         let (log, report) = Log::open(&path, one_segment()).await.unwrap();
         assert!(report.clean_shutdown);
+        assert!(!path.join("clean").exists(), "the open removes the marker file");
         assert!(report.scanned_bytes > 0);
         assert_eq!(report.truncated_bytes, 0);
         assert_eq!(log.log_end_offset(), 902);
         assert_eq!(log.offset_for_timestamp(9_999).await.unwrap(), Some((900, 9_999)));
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn a_damaged_clean_mark_still_means_clean_but_the_open_scans() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let sent: Vec<Bytes> = (0..50).map(|i| batch(i, 3, 5_000 + i as i64)).collect();
+    let (p, s) = (path.clone(), sent.clone());
+    run(move || async move {
+        let (log, _) = Log::open(&p, small_segments(FlushPolicy::Always)).await.unwrap();
+        append_all(&log, &s).await;
+        log.close().await.unwrap();
+    });
+    let mut mark = clean_mark(&path).unwrap();
+    mark[20] ^= 1;
+    xattr::set(last_segment(&path), CLEAN_XATTR, &mark).unwrap();
+    run(move || async move {
+        let (log, report) = Log::open(&path, small_segments(FlushPolicy::Always)).await.unwrap();
+        assert!(report.clean_shutdown);
+        assert!(report.scanned_bytes > 0, "a mark that fails its checksum is not trusted");
+        assert_eq!(report.truncated_bytes, 0);
+        assert_eq!(log.log_end_offset(), 150);
+        same_content(&read_all(&log, 0, 1 << 20).await, &sent);
+        assert_eq!(clean_mark(&path), None);
         log.close().await.unwrap();
     });
 }
@@ -300,7 +330,8 @@ fn eio_on_fdatasync_stops_appends_keeps_acknowledged_data_and_survives_reopen() 
         same_content(&read_all(&log, 0, 64 << 10).await, &s);
         log.close().await.unwrap();
     });
-    assert!(!path.join("clean").exists(), "a failed log is not marked clean");
+    assert_eq!(clean_mark(&path), None, "a failed log is not marked clean");
+    assert!(!path.join("clean").exists());
     run(move || async move {
         let (log, report) = Log::open(&path, small_segments(FlushPolicy::Always)).await.unwrap();
         assert!(!report.clean_shutdown);
@@ -450,6 +481,11 @@ fn prefix_within(sent: &[Bytes], cut: u64) -> usize {
             end <= cut
         })
         .count()
+}
+
+/// The clean mark on the log's last segment.
+fn clean_mark(dir: &Path) -> Option<Vec<u8>> {
+    xattr::get(last_segment(dir), CLEAN_XATTR).unwrap()
 }
 
 fn last_segment(dir: &Path) -> std::path::PathBuf {
