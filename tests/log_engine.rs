@@ -196,6 +196,54 @@ fn clean_reopen_takes_the_end_from_the_mark_and_scans_nothing() {
 }
 
 #[test]
+fn a_clean_close_writes_the_index_only_when_it_changed() {
+    let one_segment = || LogConfig { segment_bytes: 1 << 30, cache_bytes_max: 16 << 10, ..LogConfig::default() };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let sent: Vec<Bytes> = (0..100).map(|i| batch(i, 3, 5_000 + i as i64)).collect();
+    let (p, s) = (path.clone(), sent.clone());
+    run(move || async move {
+        let (log, _) = Log::open(&p, one_segment()).await.unwrap();
+        append_all(&log, &s).await;
+        log.close().await.unwrap();
+    });
+    let index = last_segment(&path).with_extension("index");
+    let written = std::fs::read(&index).unwrap();
+    assert!(written.len() >= 8, "the batches are indexed: {} bytes", written.len());
+    let stamp = |path: &Path| std::fs::metadata(path).unwrap().modified().unwrap();
+    let before = stamp(&index);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let p = path.clone();
+    run(move || async move {
+        let (log, _) = Log::open(&p, one_segment()).await.unwrap();
+        log.close().await.unwrap();
+    });
+    assert_eq!(stamp(&index), before, "an unchanged index is not written again");
+    let p = path.clone();
+    run(move || async move {
+        let (log, _) = Log::open(&p, one_segment()).await.unwrap();
+        append_all(&log, &[sized_batch(1, 64 << 10)]).await;
+        log.close().await.unwrap();
+    });
+    assert_ne!(stamp(&index), before);
+    let grown = std::fs::read(&index).unwrap();
+    assert!(grown.len() > written.len() && grown.starts_with(&written), "{} -> {} bytes", written.len(), grown.len());
+    // After a crash the scan rebuilds the entries past the last one it
+    // trusts, so the next close writes the index whatever its count.
+    std::fs::write(&index, &written).unwrap();
+    xattr::remove(last_segment(&path), CLEAN_XATTR).unwrap();
+    let before = stamp(&index);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    run(move || async move {
+        let (log, report) = Log::open(&path, one_segment()).await.unwrap();
+        assert!(!report.clean_shutdown && report.scanned_bytes > 0);
+        log.close().await.unwrap();
+    });
+    assert_ne!(stamp(&index), before);
+    assert_eq!(std::fs::read(&index).unwrap(), grown);
+}
+
+#[test]
 fn a_damaged_clean_mark_still_means_clean_but_the_open_scans() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t-0");

@@ -1207,6 +1207,13 @@ impl Log {
             let mut state = self.inner.state.borrow_mut();
             state.bytes_since_index_persist = 0;
             let Some((_, active)) = state.segments.iter().next_back() else { return Ok(()) };
+            // Entries are only ever added (recovery, which cuts them, leaves
+            // the count unknown): the same count is the same content. A
+            // clean shutdown of partitions written nothing since they opened
+            // writes no index.
+            if active.index_entries_persisted == Some(active.index.offsets.len()) {
+                return Ok(());
+            }
             (
                 active.index_path("index"),
                 active.index_path("timeindex"),
@@ -1217,7 +1224,7 @@ impl Log {
         };
         segment::write_whole(&path_index, &offsets).await?;
         segment::write_whole(&path_time, &times).await?;
-        self.active_mut(|active| active.index_entries_persisted = entries);
+        self.active_mut(|active| active.index_entries_persisted = Some(entries));
         Ok(())
     }
 
@@ -1577,6 +1584,10 @@ async fn open_segment(
     let offsets = read_small_file(&log_path.with_extension("index")).await.ok().flatten().unwrap_or_default();
     let times = read_small_file(&log_path.with_extension("timeindex")).await.ok().flatten().unwrap_or_default();
     let mut index = SegmentIndex::decode(&offsets, &times, file_size);
+    // The index files hold exactly what was decoded (nothing dropped).
+    let mut index_entries_persisted = (offsets.len() == index.offsets.len() * index::OFFSET_ENTRY_BYTES
+        && times.len() == index.times.len() * index::TIME_ENTRY_BYTES)
+        .then_some(index.offsets.len());
     let end = match clean_end.filter(|end| end.base_offset == base && end.size_bytes == file_size) {
         // A clean close recorded where the segment ends and persisted its
         // index: nothing to scan. (Scanning the last segment of every
@@ -1587,7 +1598,11 @@ async fn open_segment(
             max_timestamp: clean.max_timestamp,
             bytes_since_index: clean.size_bytes - index.offsets.last().map_or(0, |entry| u64::from(entry.position)),
         },
-        None => scan_segment_end(&file, &log_path, base, file_size, &mut index, config, report).await?,
+        None => {
+            // The scan rebuilds entries past the last one it trusts.
+            index_entries_persisted = None;
+            scan_segment_end(&file, &log_path, base, file_size, &mut index, config, report).await?
+        }
     };
     let SegmentEnd { position, next_offset, max_timestamp, bytes_since_index } = end;
     if position < file_size {
@@ -1606,7 +1621,6 @@ async fn open_segment(
     } else {
         Vec::new()
     };
-    let index_entries_persisted = index.offsets.len();
     Ok(Segment {
         base_offset: base,
         file: Rc::new(file),

@@ -33,8 +33,10 @@ pub struct Segment {
     pub max_timestamp: i64,
     /// Wall-clock creation time, for `segment_ms`.
     pub created_ms: u64,
-    /// Index entries already persisted.
-    pub index_entries_persisted: usize,
+    /// How many index entries the index files hold, when they hold
+    /// exactly the first ones in memory (`None`: they may hold anything,
+    /// so the next persist writes them).
+    pub index_entries_persisted: Option<usize>,
 }
 
 pub fn file_name(base_offset: i64, extension: &str) -> String {
@@ -57,7 +59,7 @@ impl Segment {
             bytes_since_index: 0,
             max_timestamp: i64::MIN,
             created_ms: now_ms,
-            index_entries_persisted: 0,
+            index_entries_persisted: None,
         })
     }
 
@@ -88,13 +90,11 @@ pub async fn open_dma(path: &Path, create: bool) -> Result<DmaFile, LogError> {
 
 /// Writes `data` as the whole content of `path` with O_DIRECT.
 pub async fn write_whole(path: &Path, data: &[u8]) -> Result<(), LogError> {
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .dma_open(path)
-        .await
-        .map_err(|e| LogError::io(path, e.into()))?;
+    // Overwritten in place, then cut to size: truncating on open freed
+    // the file's blocks and the write allocated them again (ext4 discards
+    // freed blocks synchronously where mounted with `discard`).
+    let file =
+        OpenOptions::new().write(true).create(true).dma_open(path).await.map_err(|e| LogError::io(path, e.into()))?;
     if !data.is_empty() {
         let aligned = (data.len() as u64).next_multiple_of(PAGE_BYTES) as usize;
         let mut buf = file.alloc_dma_buffer(aligned);
@@ -102,8 +102,8 @@ pub async fn write_whole(path: &Path, data: &[u8]) -> Result<(), LogError> {
         bytes[..data.len()].copy_from_slice(data);
         bytes[data.len()..].fill(0);
         file.write_at(buf, 0).await.map_err(|e| LogError::io(path, e.into()))?;
-        file.truncate(data.len() as u64).await.map_err(|e| LogError::io(path, e.into()))?;
     }
+    file.truncate(data.len() as u64).await.map_err(|e| LogError::io(path, e.into()))?;
     file.close().await.map_err(|e| LogError::io(path, e.into()))?;
     Ok(())
 }
