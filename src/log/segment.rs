@@ -24,8 +24,10 @@ pub struct Segment {
     pub size_bytes: u64,
     /// Offset after the last batch written to the file.
     pub next_offset: i64,
-    /// The bytes of the partly filled last page: `size_bytes % PAGE_BYTES` long.
-    pub tail: Vec<u8>,
+    /// The bytes of the partly filled last page: `size_bytes % PAGE_BYTES`
+    /// long. `None` while still only on disk: a clean open leaves it there,
+    /// and the writer reads it before it first writes the segment.
+    pub tail: Option<Vec<u8>>,
     pub allocated_bytes: u64,
     pub index: SegmentIndex,
     pub bytes_since_index: u64,
@@ -53,7 +55,7 @@ impl Segment {
             log_path,
             size_bytes: 0,
             next_offset: base_offset,
-            tail: Vec::new(),
+            tail: Some(Vec::new()),
             allocated_bytes: 0,
             index: SegmentIndex::default(),
             bytes_since_index: 0,
