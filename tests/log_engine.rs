@@ -208,7 +208,9 @@ fn a_clean_close_writes_the_index_only_when_it_changed() {
         log.close().await.unwrap();
     });
     let index = last_segment(&path).with_extension("index");
+    let time_index = index.with_extension("timeindex");
     let written = std::fs::read(&index).unwrap();
+    let written_times = std::fs::read(&time_index).unwrap();
     assert!(written.len() >= 8, "the batches are indexed: {} bytes", written.len());
     let stamp = |path: &Path| std::fs::metadata(path).unwrap().modified().unwrap();
     let before = stamp(&index);
@@ -228,6 +230,20 @@ fn a_clean_close_writes_the_index_only_when_it_changed() {
     assert_ne!(stamp(&index), before);
     let grown = std::fs::read(&index).unwrap();
     assert!(grown.len() > written.len() && grown.starts_with(&written), "{} -> {} bytes", written.len(), grown.len());
+    // The time index, unread by the clean open, was read under the entries
+    // added since.
+    let grown_times = std::fs::read(&time_index).unwrap();
+    assert!(grown_times.len() > written_times.len() && grown_times.starts_with(&written_times));
+    let p = path.clone();
+    run(move || async move {
+        let (log, _) = Log::open(&p, one_segment()).await.unwrap();
+        // Batch i holds offsets 3i..3i+2 stamped 5,000+i..5,002+i; the
+        // sized batch after them is stamped 1.
+        assert_eq!(log.offset_for_timestamp(5_050).await.unwrap(), Some((146, 5_050)));
+        assert_eq!(log.offset_for_timestamp(5_101).await.unwrap(), Some((299, 5_101)));
+        assert_eq!(log.offset_for_timestamp(5_102).await.unwrap(), None);
+        log.close().await.unwrap();
+    });
     // After a crash the scan rebuilds the entries past the last one it
     // trusts, so the next close writes the index whatever its count.
     std::fs::write(&index, &written).unwrap();

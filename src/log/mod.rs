@@ -755,17 +755,21 @@ impl Log {
     /// The first offset whose record timestamp is at or after `timestamp`,
     /// with that timestamp; None when every record is older.
     pub async fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>, LogError> {
-        let mut offset = {
-            let state = self.inner.state.borrow();
-            let candidate = state.segments.values().find(|s| s.max_timestamp >= timestamp);
-            match candidate {
-                Some(segment) => {
-                    let relative = segment.index.scan_start_for_time(timestamp);
-                    (segment.base_offset + i64::from(relative)).max(state.log_start_offset)
+        let mut offset = loop {
+            let unread = {
+                let state = self.inner.state.borrow();
+                let candidate = state.segments.values().find(|s| s.max_timestamp >= timestamp);
+                match candidate {
+                    Some(segment) if !segment.index.times_read() => segment.base_offset,
+                    Some(segment) => {
+                        let relative = segment.index.scan_start_for_time(timestamp);
+                        break (segment.base_offset + i64::from(relative)).max(state.log_start_offset);
+                    }
+                    // Not on disk yet: only the unwritten tail can hold it.
+                    None => break state.written_end_offset.max(state.log_start_offset),
                 }
-                // Not on disk yet: only the unwritten tail can hold it.
-                None => state.written_end_offset.max(state.log_start_offset),
-            }
+            };
+            self.read_times(unread).await?;
         };
         let high_watermark = self.high_watermark();
         while offset < high_watermark {
@@ -1210,8 +1214,7 @@ impl Log {
     }
 
     async fn persist_active_index(&self) -> Result<(), LogError> {
-        // Persist a copy so no RefCell borrow is held across the awaits.
-        let (path_index, path_time, offsets, times, entries) = {
+        let unread_times = {
             let mut state = self.inner.state.borrow_mut();
             state.bytes_since_index_persist = 0;
             let Some((_, active)) = state.segments.iter().next_back() else { return Ok(()) };
@@ -1222,6 +1225,15 @@ impl Log {
             if active.index_entries_persisted == Some(active.index.offsets.len()) {
                 return Ok(());
             }
+            (!active.index.times_read()).then_some(active.base_offset)
+        };
+        if let Some(base) = unread_times {
+            self.read_times(base).await?;
+        }
+        // Persist a copy so no RefCell borrow is held across the awaits.
+        let (path_index, path_time, offsets, times, entries) = {
+            let state = self.inner.state.borrow();
+            let Some((_, active)) = state.segments.iter().next_back() else { return Ok(()) };
             (
                 active.index_path("index"),
                 active.index_path("timeindex"),
@@ -1270,6 +1282,26 @@ impl Log {
         }
         state.segments.insert(next_base, segment);
         tracing::info!(dir = %self.inner.dir.display(), base_offset = next_base, "rolled segment");
+        Ok(())
+    }
+
+    /// Reads a segment's time index file where the open left it unread.
+    async fn read_times(&self, base: i64) -> Result<(), LogError> {
+        let path = {
+            let state = self.inner.state.borrow();
+            match state.segments.get(&base) {
+                Some(segment) if !segment.index.times_read() => segment.index_path("timeindex"),
+                _ => return Ok(()),
+            }
+        };
+        // As at the open: a missing or unreadable file is an empty index.
+        let times = read_small_file(&path).await.ok().flatten().unwrap_or_default();
+        let mut state = self.inner.state.borrow_mut();
+        if let Some(segment) = state.segments.get_mut(&base) {
+            if !segment.index.merge_times(&times) {
+                segment.index_entries_persisted = None;
+            }
+        }
         Ok(())
     }
 
@@ -1609,18 +1641,18 @@ async fn open_segment(
     }
     let file_size = file.file_size().await.map_err(|e| LogError::io(&log_path, e.into()))?;
     let offsets = read_small_file(&log_path.with_extension("index")).await.ok().flatten().unwrap_or_default();
-    let times = read_small_file(&log_path.with_extension("timeindex")).await.ok().flatten().unwrap_or_default();
-    let mut index = SegmentIndex::decode(&offsets, &times, file_size);
-    // The index files hold exactly what was decoded (nothing dropped).
-    let mut index_entries_persisted = (offsets.len() == index.offsets.len() * index::OFFSET_ENTRY_BYTES
-        && times.len() == index.times.len() * index::TIME_ENTRY_BYTES)
-        .then_some(index.offsets.len());
+    let mut index = SegmentIndex::decode_offsets(&offsets, file_size);
+    // The offset index file holds exactly what was decoded (nothing
+    // dropped); the time index is checked when it is read.
+    let mut index_entries_persisted =
+        (offsets.len() == index.offsets.len() * index::OFFSET_ENTRY_BYTES).then_some(index.offsets.len());
     let clean_end = clean_end.filter(|end| end.base_offset == base && end.size_bytes == file_size);
     let trusted_end = clean_end.is_some();
     let end = match clean_end {
         // A clean close recorded where the segment ends and persisted its
         // index: nothing to scan. (Scanning the last segment of every
-        // partition was most of a clean restart's disk reads.)
+        // partition was most of a clean restart's disk reads.) The time
+        // index is read when first needed (`Log::read_times`).
         Some(clean) => SegmentEnd {
             position: clean.size_bytes,
             next_offset: clean.next_offset,
@@ -1628,6 +1660,8 @@ async fn open_segment(
             bytes_since_index: clean.size_bytes - index.offsets.last().map_or(0, |entry| u64::from(entry.position)),
         },
         None => {
+            let times = read_small_file(&log_path.with_extension("timeindex")).await.ok().flatten().unwrap_or_default();
+            index.merge_times(&times);
             // The scan rebuilds entries past the last one it trusts.
             index_entries_persisted = None;
             scan_segment_end(&file, &log_path, base, file_size, &mut index, config, report).await?
