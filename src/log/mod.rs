@@ -41,6 +41,14 @@
 //! every fetch.
 //! Readers never see past the high-water mark, which under `flush=always`
 //! is the durable end and otherwise the end of the log.
+//!
+//! Open: after a crash, the last segment is scanned from its last index
+//! entry and cut at the first torn batch (`recovery`). After a clean close
+//! the clean mark (an xattr of the last segment, see `CleanEnd`) says where
+//! it ends, and the open reads only the directory and the offset index:
+//! the time index (`SegmentIndex::merge_times`) and the partly filled last
+//! page (`Log::load_tail`) are read when first needed. At ten thousand
+//! partitions each file read at open is ~10,000 disk reads after a reboot.
 
 mod core_cache;
 pub mod index;
