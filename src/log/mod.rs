@@ -1302,8 +1302,7 @@ impl Log {
                 _ => return Ok(()),
             }
         };
-        // As at the open: a missing or unreadable file is an empty index.
-        let times = read_small_file(&path).await.ok().flatten().unwrap_or_default();
+        let times = read_index_file(&path).await;
         let mut state = self.inner.state.borrow_mut();
         if let Some(segment) = state.segments.get_mut(&base) {
             if !segment.index.merge_times(&times) {
@@ -1632,14 +1631,13 @@ async fn open_segment(
     dir: &Path,
     base: i64,
     is_last: bool,
-    clean_end: Option<CleanEnd>,
+    mut clean_end: Option<CleanEnd>,
     config: &LogConfig,
     now: u64,
     report: &mut RecoveryReport,
 ) -> Result<Segment, LogError> {
     let log_path = dir.join(segment::file_name(base, "log"));
     let file = segment::open_dma(&log_path, false).await?;
-    let mut clean_end = clean_end;
     if is_last {
         // The file is open, so its inode is in memory: no disk read here.
         if let Some(mark) = take_clean_mark(&log_path)? {
@@ -1648,7 +1646,7 @@ async fn open_segment(
         }
     }
     let file_size = file.file_size().await.map_err(|e| LogError::io(&log_path, e.into()))?;
-    let offsets = read_small_file(&log_path.with_extension("index")).await.ok().flatten().unwrap_or_default();
+    let offsets = read_index_file(&log_path.with_extension("index")).await;
     let mut index = SegmentIndex::decode_offsets(&offsets, file_size);
     // The offset index file holds exactly what was decoded (nothing
     // dropped); the time index is checked when it is read.
@@ -1668,7 +1666,7 @@ async fn open_segment(
             bytes_since_index: clean.size_bytes - index.offsets.last().map_or(0, |entry| u64::from(entry.position)),
         },
         None => {
-            let times = read_small_file(&log_path.with_extension("timeindex")).await.ok().flatten().unwrap_or_default();
+            let times = read_index_file(&log_path.with_extension("timeindex")).await;
             index.merge_times(&times);
             // The scan rebuilds entries past the last one it trusts.
             index_entries_persisted = None;
@@ -1762,6 +1760,12 @@ async fn read_small_file(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
     let data = if size == 0 { Vec::new() } else { file.read_at(0, size as usize).await?.to_vec() };
     file.close().await?;
     Ok(Some(data))
+}
+
+/// An index file's content; a missing or unreadable one is an empty index
+/// (the recovery scan rebuilds what it lacks).
+async fn read_index_file(path: &Path) -> Vec<u8> {
+    read_small_file(path).await.ok().flatten().unwrap_or_default()
 }
 
 /// Leaves the clean mark on the active segment (`log_path`), or in a
