@@ -4,6 +4,14 @@
 # writes (fio, 1 MiB blocks, io_uring) and the fdatasync rate (fio, 4 KiB
 # writes, fdatasync after each). Writes perf/results/limits-<date>.json.
 #
+# Two sequential write figures: `fio_seq_write_O_DIRECT_1MiB_io_uring`
+# writes a 4 GiB file for the whole time, so once the file is written it
+# overwrites blocks already allocated; `..._new_file` writes one new 4 GiB
+# file once, every block allocated as it goes, which is what a log does
+# (it only ever appends to new segments). On disks where allocating writes
+# cost more (thin-provisioned virtual disks, for one) the two differ, and
+# the second is the ceiling for produce throughput.
+#
 #   perf/limits.sh [DIR]     DIR: a directory on the disk the broker writes to (default: a temp dir)
 #
 # SHARDLOG_PERF_SECONDS=N shortens each measurement (default 10).
@@ -25,6 +33,8 @@ sleep 0.5
 iperf3 -c 127.0.0.1 -p "$port" -P 1 -l 1M -t "$seconds" -J >"$tmp/iperf.json" || true
 wait "$server" 2>/dev/null || true
 
+fio --name=limits-new --directory="$dir" --rw=write --bs=1m --size=4g --direct=1 --ioengine=io_uring \
+    --iodepth=4 --unlink=1 --output-format=json >"$tmp/new.json"
 fio --name=limits-seq --directory="$dir" --rw=write --bs=1m --size=4g --direct=1 --ioengine=io_uring \
     --iodepth=4 --time_based --runtime="$seconds" --output-format=json >"$tmp/seq.json"
 fio --name=limits-sync --directory="$dir" --rw=write --bs=4k --size=256m --ioengine=sync --fdatasync=1 \
@@ -38,7 +48,7 @@ def load(name):
         return json.load(open(os.path.join(tmp, name)))
     except (OSError, ValueError):
         return None
-iperf, seq, sync = load('iperf.json'), load('seq.json'), load('sync.json')
+iperf, seq, new, sync = load('iperf.json'), load('seq.json'), load('new.json'), load('sync.json')
 def cpu_model():
     for line in open('/proc/cpuinfo'):
         if line.startswith('model name'):
@@ -48,6 +58,7 @@ loopback = None
 if iperf and 'end' in iperf and 'sum_received' in iperf['end']:
     loopback = iperf['end']['sum_received']['bits_per_second'] / 8 / 1e6
 seq_write = seq['jobs'][0]['write']['bw_bytes'] / 1e6 if seq else None
+new_file_write = new['jobs'][0]['write']['bw_bytes'] / 1e6 if new else None
 sync_job = sync['jobs'][0] if sync else None
 sync_rate = sync_job['write']['iops'] if sync_job else None
 sync_lat = None
@@ -63,6 +74,7 @@ out = {
     'seconds_each': seconds,
     'loopback_tcp_one_stream_1MiB_writes_MB_per_s': loopback,
     'fio_seq_write_O_DIRECT_1MiB_io_uring_MB_per_s': seq_write,
+    'fio_seq_write_new_file_O_DIRECT_1MiB_io_uring_MB_per_s': new_file_write,
     'fio_fdatasync_4KiB_writes_per_s': sync_rate,
     'fio_fdatasync_latency': sync_lat,
 }

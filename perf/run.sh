@@ -171,15 +171,30 @@ def ms(report, name, key):
     value = report.get('latency_us', {}).get(name, {}).get(key)
     return f'{value / 1000:.2f}' if value is not None else '-'
 print(f"{'run':<26}{'msgs/s':>12}{'MB/s':>9}{'produce p99':>13}{'e2e p50':>10}{'e2e p99':>10}{'e2e p99.9':>11}"
-      f"{'broker CPU s':>14}{'MB/CPU-s':>10}{'RSS/partition':>15}")
+      f"{'broker CPU s':>14}{'MB/CPU-s':>10}{'RSS/partition':>15}{'gen busy':>10}")
 for r in runs:
     t = r.get('produce') or r.get('consume') or {}
     broker = r.get('broker') or {}
     rss = broker.get('rss_bytes')
     per_partition = f"{rss / r['workload']['partitions'] / 1024:.1f} KiB" if rss else '-'
     per_cpu = broker.get('bytes_per_cpu_s')
+    busy = (r.get('generator') or {}).get('busy')
+    gen_busy = f"{busy * 100:.0f}%" if busy is not None else '-'
     print(f"{r['name']:<26}{t.get('msgs_per_s', 0):>12.0f}{t.get('mb_per_s', 0):>9.1f}{ms(r, 'produce', 'p99_us'):>13}"
           f"{ms(r, 'e2e', 'p50_us'):>10}{ms(r, 'e2e', 'p99_us'):>10}{ms(r, 'e2e', 'p999_us'):>11}"
-          f"{broker.get('cpu_s', 0):>14.2f}{(per_cpu or 0) / 1e6:>10.1f}{per_partition:>15}")
+          f"{broker.get('cpu_s', 0):>14.2f}{(per_cpu or 0) / 1e6:>10.1f}{per_partition:>15}{gen_busy:>10}")
+# Throughput against the machine's limits of the latest perf/limits.sh run.
+limit = out['limits'] or {}
+loopback = limit.get('loopback_tcp_one_stream_1MiB_writes_MB_per_s')
+new_file = limit.get('fio_seq_write_new_file_O_DIRECT_1MiB_io_uring_MB_per_s')
+for r in runs:
+    t = r.get('produce') or r.get('consume') or {}
+    mb = t.get('mb_per_s')
+    if not mb or not (loopback or new_file):
+        continue
+    parts = [f"{mb / loopback:.2f} x loopback iperf3 ({loopback:.0f} MB/s)"] if loopback else []
+    if new_file and r.get('produce'):
+        parts.append(f"{mb / new_file:.2f} x the disk's new-file writes ({new_file:.0f} MB/s)")
+    print(f"{r['name']}: {mb:.0f} MB/s = " + ', '.join(parts) + f" (limits of {limit.get('date', '?')[:16]})")
 print(f'wrote {path}', file=sys.stderr)
 PY

@@ -72,6 +72,11 @@ fn e2e_with_verify_writes_consistent_json_svg_and_hgrm() {
     assert!(report.pointer("/machine/kernel").and_then(Value::as_str).is_some_and(|k| !k.is_empty()));
     assert!(number(&report, "/broker/cpu_s") > 0.0, "broker CPU measured: {report:#}");
     assert!(number(&report, "/broker/bytes_per_cpu_s") > 0.0);
+    // The generator's own CPU over the same window, one core of it.
+    assert_eq!(number(&report, "/generator/cores"), 1.0);
+    assert!(number(&report, "/generator/cpu_s") > 0.0, "generator CPU measured: {report:#}");
+    assert!(number(&report, "/generator/window_s") > 0.0);
+    assert!(stdout.contains("generator: ") && stdout.contains("busy"), "generator line printed:\n{stdout}");
 
     check_svg(&std::fs::read_to_string(&svg_path).expect("svg written"));
     check_hgrm(&std::fs::read_to_string(&hgrm_path).expect("hgrm written"), 20000);
@@ -104,6 +109,11 @@ fn fixed_rate_run_stays_within_ten_percent_of_its_target() {
     let measured = number(&report, "/produce/msgs_per_s");
     assert!((measured - target).abs() <= target * 0.1, "measured {measured} msgs/s against a target of {target}");
     assert_eq!(number(&report, "/workload/rate_msgs_per_s"), target);
+    // 4,000 small messages a second leave the generator's core mostly idle.
+    let busy = number(&report, "/generator/busy");
+    assert!(busy > 0.0 && busy < 0.5, "generator busy {busy} at a light fixed rate: {report:#}");
+    let window = number(&report, "/generator/window_s");
+    assert!((2.5..10.0).contains(&window), "the measured window (3 s) is what the busy share is of: {window}");
 }
 
 #[test]

@@ -45,8 +45,8 @@ use self::core::{
 };
 use self::histogram::Latencies;
 use self::rate::Schedule;
-use self::report::{BrokerReport, Machine, Report, TargetReport, Throughput, WorkloadReport};
-use self::spawn::{CpuTimes, SpawnOptions, SpawnedBroker};
+use self::report::{BrokerReport, GeneratorReport, Machine, Report, TargetReport, Throughput, WorkloadReport};
+use self::spawn::{process_cpu, CpuTimes, SpawnOptions, SpawnedBroker};
 use crate::client::pipelined::{Cluster, ConnectionOptions, Topology, Versions};
 use crate::constants::IO_MEMORY_BYTES_DEFAULT;
 use crate::protocol::list_offsets::{EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
@@ -180,6 +180,7 @@ pub fn run(args: BenchArgs) -> Result<bool, String> {
         latency_us: latencies.named().into_iter().map(|(name, h)| (name.to_string(), h.summary())).collect(),
         verify,
         broker: broker_report,
+        generator: phase.generator_cpu.map(|g| g.report()),
         refused: result.refusals.into_iter().collect(),
         errors: result.errors,
         files: BTreeMap::new(),
@@ -300,6 +301,29 @@ struct PhaseResult {
     result: CoreResult,
     clock: Clock,
     broker_cpu: Option<CpuTimes>,
+    generator_cpu: Option<GeneratorCpu>,
+}
+
+/// The generator's own CPU use over a phase's measured window.
+#[derive(Debug, Clone, Copy)]
+struct GeneratorCpu {
+    cores: usize,
+    cpu: CpuTimes,
+    window: Duration,
+}
+
+impl GeneratorCpu {
+    fn report(&self) -> GeneratorReport {
+        let capacity = self.cores as f64 * self.window.as_secs_f64();
+        GeneratorReport {
+            cores: self.cores,
+            window_s: self.window.as_secs_f64(),
+            cpu_user_s: self.cpu.user_s,
+            cpu_system_s: self.cpu.system_s,
+            cpu_s: self.cpu.total_s(),
+            busy: (capacity > 0.0).then(|| self.cpu.total_s() / capacity),
+        }
+    }
 }
 
 impl PhaseResult {
@@ -427,20 +451,22 @@ impl Runner<'_> {
         let mut interval = Tick::default();
         let mut done = 0;
         let mut cpu_start = None;
+        // This process's own CPU over the measured window: how busy the
+        // generator's cores were (is the generator the limit?).
+        let mut own_start: Option<(CpuTimes, Instant)> = None;
+        let mut window_started = false;
         // Print just after the cores' ticks for the same second came in.
         let mut last_print = Instant::now() + PRINT_LAG;
         let terminal = std::io::stderr().is_terminal();
         while done < cores {
             let now = Instant::now();
-            if cpu_start.is_none() && now >= clock.measure_from {
+            if !window_started && now >= clock.measure_from {
+                window_started = true;
                 cpu_start = self.broker.and_then(SpawnedBroker::cpu);
+                own_start = process_cpu("self").map(|cpu| (cpu, now));
             }
             let next_print = last_print + core::TICK_INTERVAL;
-            let wake = if cpu_start.is_none() && self.broker.is_some() {
-                next_print.min(clock.measure_from.max(now))
-            } else {
-                next_print
-            };
+            let wake = if !window_started { next_print.min(clock.measure_from.max(now)) } else { next_print };
             match receiver.recv_timeout(wake.saturating_duration_since(now)) {
                 Ok(CoreMessage::Tick(tick)) => {
                     totals.merge(&tick);
@@ -483,12 +509,16 @@ impl Runner<'_> {
             (Some(start), Some(end)) => Some(end.since(&start)),
             _ => None,
         };
+        let generator_cpu = own_start.and_then(|(start, at)| {
+            let end = process_cpu("self")?;
+            Some(GeneratorCpu { cores, cpu: end.since(&start), window: at.elapsed() })
+        });
         for handle in handles {
             if let Err(e) = handle.join() {
                 result.errors.push(format!("a bench core failed: {e}"));
             }
         }
-        Ok(PhaseResult { totals, result, clock, broker_cpu })
+        Ok(PhaseResult { totals, result, clock, broker_cpu, generator_cpu })
     }
 
     /// Spreads producers and consumers over cores and partitions.

@@ -119,6 +119,20 @@ pub struct BrokerReport {
     pub rss_bytes: Option<u64>,
 }
 
+/// The load generator's own CPU use over the measured window (this
+/// process, every thread): near 100% busy means the generator, not the
+/// broker, may be the limit.
+#[derive(Debug, Clone, Serialize)]
+pub struct GeneratorReport {
+    pub cores: usize,
+    pub window_s: f64,
+    pub cpu_user_s: f64,
+    pub cpu_system_s: f64,
+    pub cpu_s: f64,
+    /// CPU seconds over (cores x window): 1.0 is every generator core busy.
+    pub busy: Option<f64>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub shardlog_version: &'static str,
@@ -134,6 +148,7 @@ pub struct Report {
     pub latency_us: BTreeMap<String, Summary>,
     pub verify: Option<VerifyCounts>,
     pub broker: Option<BrokerReport>,
+    pub generator: Option<GeneratorReport>,
     /// Records the broker refused, by reason.
     pub refused: BTreeMap<String, u64>,
     pub errors: Vec<String>,
@@ -233,6 +248,19 @@ impl Report {
                 out,
                 "broker: {:.2} CPU s (user {:.2}, sys {:.2}), {per_cpu} per CPU second, RSS {rss}",
                 b.cpu_s, b.cpu_user_s, b.cpu_system_s
+            );
+        }
+        if let Some(g) = &self.generator {
+            let busy = g.busy.map_or_else(|| "-".to_string(), |b| format!("{:.0}%", b * 100.0));
+            let _ = writeln!(
+                out,
+                "generator: {:.2} CPU s (user {:.2}, sys {:.2}) in {:.1} s on {} core{}: {busy} busy",
+                g.cpu_s,
+                g.cpu_user_s,
+                g.cpu_system_s,
+                g.window_s,
+                g.cores,
+                if g.cores == 1 { "" } else { "s" }
             );
         }
         for (reason, count) in &self.refused {

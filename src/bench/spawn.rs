@@ -112,8 +112,7 @@ impl SpawnedBroker {
 
     /// User and system CPU seconds of the broker so far.
     pub fn cpu(&self) -> Option<CpuTimes> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()?)).ok()?;
-        parse_cpu_times(&stat, clock_ticks_per_second())
+        process_cpu(&self.pid()?.to_string())
     }
 
     /// Resident memory of the broker now.
@@ -201,6 +200,13 @@ fn clock_ticks_per_second() -> f64 {
     } else {
         100.0
     }
+}
+
+/// User and system CPU seconds so far of the process `pid` (a number, or
+/// "self" for this one: every thread, no children).
+pub fn process_cpu(pid: &str) -> Option<CpuTimes> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_cpu_times(&stat, clock_ticks_per_second())
 }
 
 /// utime and stime (fields 14 and 15) of /proc/PID/stat. The command name
