@@ -114,6 +114,9 @@ pub struct ServeConfig {
     pub io_memory_bytes: usize,
     /// Pin each executor to its core.
     pub pin: bool,
+    /// A roll writes the new segment over the file of the oldest segment
+    /// when retention would delete that one anyway.
+    pub segment_recycling: bool,
     pub log_level: String,
     pub log_format: LogFormat,
     /// Port of the HTTP metrics and health endpoint on `host`; 0 disables it.
@@ -145,6 +148,7 @@ impl Default for ServeConfig {
             request_read_timeout_ms: 30_000,
             io_memory_bytes: constants::IO_MEMORY_BYTES_DEFAULT,
             pin: true,
+            segment_recycling: true,
             log_level: "info".into(),
             log_format: LogFormat::Text,
             metrics_port: constants::METRICS_PORT_DEFAULT,
@@ -247,6 +251,7 @@ impl ServeConfig {
                 reason: "always, never, or milliseconds",
             })?,
             batch_bytes_max: d.max_message_bytes,
+            recycle_segments: self.segment_recycling,
             ..LogConfig::default()
         };
         for (name, value) in overrides {

@@ -150,6 +150,9 @@ struct ServeArgs {
     /// Pin each executor to its CPU [default: true].
     #[arg(long, env = "SHARDLOG_PIN")]
     pin: Option<bool>,
+    /// At a segment roll, write the new segment over the oldest segment's file when retention would delete it anyway, instead of a new file (overwriting allocated blocks is faster than allocating new ones) [default: true].
+    #[arg(long, env = "SHARDLOG_SEGMENT_RECYCLING")]
+    segment_recycling: Option<bool>,
     /// Log filter (tracing env-filter syntax) [default: info].
     #[arg(long, env = "SHARDLOG_LOG_LEVEL")]
     log_level: Option<String>,
@@ -222,6 +225,7 @@ impl ServeArgs {
             request_read_timeout_ms => config.request_read_timeout_ms,
             io_memory_bytes => config.io_memory_bytes,
             pin => config.pin,
+            segment_recycling => config.segment_recycling,
             log_level => config.log_level,
             log_format => config.log_format,
             metrics_port => config.metrics_port,

@@ -35,8 +35,10 @@ fn batch(number: usize, count: usize, timestamp: i64) -> Bytes {
     encode_batch(&records, timestamp, ProducerFields::NONE)
 }
 
+/// Rolls every 64 KiB. No retention: the test batches carry timestamps
+/// from 1970, which time retention would take at the next roll.
 fn small_segments(flush: FlushPolicy) -> LogConfig {
-    LogConfig { segment_bytes: 64 << 10, flush, cache_bytes_max: 16 << 10, ..LogConfig::default() }
+    LogConfig { segment_bytes: 64 << 10, flush, cache_bytes_max: 16 << 10, retention_ms: -1, ..LogConfig::default() }
 }
 
 async fn append_all(log: &Log, batches: &[Bytes]) -> Vec<i64> {
@@ -325,6 +327,7 @@ fn batches_of_every_size_written_as_a_pipeline_of_chunks_round_trip() {
         cache_bytes_max: 64 << 10,
         batch_bytes_max: 4 << 20,
         pending_bytes_max: 64 << 20,
+        retention_ms: -1,
         ..LogConfig::default()
     };
     let (p, s, c) = (path.clone(), sent.clone(), config.clone());
@@ -489,6 +492,7 @@ fn a_disk_read_reads_the_next_chunk_ahead_in_memory() {
             segment_bytes: 128 << 10,
             flush: FlushPolicy::Always,
             cache_bytes_max: 16 << 10,
+            retention_ms: -1,
             ..LogConfig::default()
         };
         let (log, _) = Log::open(&path, config).await.unwrap();
@@ -614,7 +618,10 @@ fn retention_by_size_and_time_and_delete_records() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t-0");
     run(move || async move {
-        let mut config = small_segments(FlushPolicy::Never);
+        // Retention by explicit passes only: no roll writes over an
+        // expired segment here.
+        let mut config =
+            LogConfig { retention_ms: 7 * 86_400_000, recycle_segments: false, ..small_segments(FlushPolicy::Never) };
         let (log, _) = Log::open(&path, config.clone()).await.unwrap();
         let now = shardlog::log::now_ms() as i64;
         let old: Vec<Bytes> = (0..400).map(|i| batch(i, 2, now - 10 * 86_400_000)).collect();
@@ -736,5 +743,142 @@ fn ten_thousand_partitions_open_append_and_reopen() {
         for log in &reopened {
             log.close().await.unwrap();
         }
+    });
+}
+
+/// Copies every file of `from` into a new directory `to` (a crash image
+/// of a log whose data is written).
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, to.join(path.file_name().unwrap())).unwrap();
+    }
+}
+
+/// Base offsets of the whole, valid batches found anywhere in `file` from
+/// `from` on (at any byte position, not only where a batch would start).
+fn batches_in(file: &Path, from: usize) -> Vec<i64> {
+    let image = std::fs::read(file).unwrap();
+    (from..image.len().saturating_sub(record_batch::HEADER_BYTES))
+        .filter_map(|at| {
+            let header = BatchHeader::parse(&image[at..], 1 << 20).ok()?;
+            let whole = image.get(at..at + header.size_bytes)?;
+            record_batch::validate(whole, 1 << 20).ok().map(|h| h.base_offset)
+        })
+        .collect()
+}
+
+#[test]
+fn a_roll_writes_over_the_expired_oldest_segment_and_a_crash_scan_ignores_its_old_data() {
+    for recycle in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, crash) = (dir.path().join("t-0"), dir.path().join("crash"));
+        let config =
+            LogConfig { retention_bytes: 128 << 10, recycle_segments: recycle, ..small_segments(FlushPolicy::Never) };
+        let (p, c, conf) = (path.clone(), crash.clone(), config.clone());
+        let (sent, bases, end, start, active_base) = run(move || async move {
+            let (log, _) = Log::open(&p, conf).await.unwrap();
+            let (mut sent, mut bases) = (Vec::new(), Vec::new());
+            let mut append = |i: usize| {
+                let data = batch(i, 1 + i % 5, 1_000 + i as i64);
+                sent.push(data.clone());
+                data
+            };
+            // Enough for several rolls, each past the 128 KiB retention.
+            for i in 0..400 {
+                let data = append(i);
+                bases.extend(append_all(&log, &[data]).await);
+                log.sync().await.unwrap();
+            }
+            // Roll once more, then write a little: the new active segment
+            // holds far less new data than the file it was made of.
+            let before = log.active_segment_base_offset();
+            let mut i = 400;
+            while log.active_segment_base_offset() == before || i < 404 {
+                let data = append(i);
+                bases.extend(append_all(&log, &[data]).await);
+                log.sync().await.unwrap();
+                if log.active_segment_base_offset() != before
+                    && log.log_end_offset() > log.active_segment_base_offset() + 4
+                {
+                    break;
+                }
+                i += 1;
+            }
+            copy_dir(&p, &c);
+            let (end, start, active_base) =
+                (log.log_end_offset(), log.log_start_offset(), log.active_segment_base_offset());
+            // Nothing before the log start is left on disk.
+            assert!(log.size_bytes() <= (128 << 10) + (128 << 10), "retention kept {} bytes", log.size_bytes());
+            log.close().await.unwrap();
+            (sent, bases, end, start, active_base)
+        });
+        // What follows the new data in the active segment's file: with
+        // recycling, the old segment's batches (offsets below the active
+        // segment's base); without, zeros of the pre-allocation.
+        let active = crash.join(format!("{active_base:020}.log"));
+        let image_len = std::fs::metadata(&active).unwrap().len();
+        let new_data: usize =
+            sent.iter().zip(&bases).filter(|(_, &base)| base >= active_base).map(|(b, _)| b.len()).sum();
+        let old = batches_in(&active, new_data);
+        if recycle {
+            assert!(
+                !old.is_empty() && old.iter().all(|&base| base < active_base),
+                "recycle: old batches follow the new data: {old:?}, base {active_base}"
+            );
+        } else {
+            assert_eq!(old, Vec::<i64>::new(), "a new file holds no old batches");
+        }
+        let c = crash.clone();
+        run(move || async move {
+            let (log, report) = Log::open(&c, config).await.unwrap();
+            assert!(!report.clean_shutdown);
+            assert_eq!(log.log_end_offset(), end, "recycle {recycle}: the crash scan keeps all the new data");
+            assert_eq!(report.truncated_bytes, image_len - new_data as u64, "and cuts off the rest of the file");
+            assert_eq!(log.log_start_offset(), start);
+            let first = bases.iter().position(|&base| base >= start).unwrap();
+            same_content(&read_all(&log, start, 1 << 20).await, &sent[first..]);
+            // And takes appends at the right offset.
+            assert_eq!(append_all(&log, &[batch(1, 1, 1)]).await, vec![end]);
+            log.close().await.unwrap();
+        });
+    }
+}
+
+#[test]
+fn a_crash_right_after_the_old_file_took_the_new_name_recovers_an_empty_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, crash) = (dir.path().join("t-0"), dir.path().join("crash"));
+    let sent: Vec<Bytes> = (0..300).map(|i| batch(i, 2, 1_000 + i as i64)).collect();
+    let (p, s) = (path.clone(), sent.clone());
+    let end = run(move || async move {
+        let (log, _) = Log::open(&p, small_segments(FlushPolicy::Always)).await.unwrap();
+        append_all(&log, &s).await;
+        let end = log.log_end_offset();
+        log.close().await.unwrap();
+        end
+    });
+    // The roll renamed the oldest segment to the next base, then crashed
+    // before writing: the new segment holds only old batches.
+    copy_dir(&path, &crash);
+    let oldest = crash.join(format!("{:020}.log", 0));
+    let oldest_len = std::fs::metadata(&oldest).unwrap().len();
+    for index in ["index", "timeindex"] {
+        std::fs::remove_file(oldest.with_extension(index)).unwrap();
+    }
+    std::fs::rename(&oldest, crash.join(format!("{end:020}.log"))).unwrap();
+    run(move || async move {
+        let (log, report) = Log::open(&crash, small_segments(FlushPolicy::Always)).await.unwrap();
+        assert_eq!(report.truncated_bytes, oldest_len, "every old byte is cut off");
+        assert_eq!(log.log_end_offset(), end);
+        assert_eq!(log.active_segment_base_offset(), end);
+        let start = log.log_start_offset();
+        assert!(start > 0, "the old segment's offsets are gone");
+        let stored = read_all(&log, start, 1 << 20).await;
+        let first = sent.len() - stored.len();
+        same_content(&stored, &sent[first..]);
+        assert_eq!(append_all(&log, &[batch(1, 1, 1)]).await, vec![end]);
+        log.close().await.unwrap();
     });
 }

@@ -49,20 +49,49 @@ impl Segment {
     pub async fn create(dir: &Path, base_offset: i64, now_ms: u64) -> Result<Segment, LogError> {
         let log_path = dir.join(file_name(base_offset, "log"));
         let file = open_dma(&log_path, true).await?;
-        Ok(Segment {
+        Ok(Segment::empty(file, log_path, base_offset, 0, now_ms))
+    }
+
+    /// A new segment at `base_offset` made of `old`: the file of an older
+    /// segment of the same log, which retention takes out. Its blocks are
+    /// allocated and written already, so the new data overwrites them in
+    /// place: no pre-allocation, no unwritten extents to convert as writes
+    /// complete, no blocks freed (and discarded) and allocated again. On a
+    /// thin-provisioned virtual disk, writing blocks never written before
+    /// costs the host an allocation as well (fio, 1 MiB O_DIRECT writes
+    /// over 100 files on this project's VM: 1.45 GB/s into new files,
+    /// 2.58 GB/s over written ones).
+    ///
+    /// The old batches past the new data stay until overwritten. A crash
+    /// scan stops at the first of them: their offsets are below this
+    /// segment's base, so none continues the new data. A roll or a close
+    /// cuts the file to its data.
+    pub async fn reuse(dir: &Path, old: &Path, base_offset: i64, now_ms: u64) -> Result<Segment, LogError> {
+        let log_path = dir.join(file_name(base_offset, "log"));
+        glommio::io::rename(old, &log_path).await.map_err(|e| LogError::io(old, e.into()))?;
+        // The new name is durable before any data written under it is:
+        // an fdatasync of the file alone need not write the directory.
+        sync_dir(dir).await?;
+        let file = open_dma(&log_path, false).await?;
+        let allocated = file.file_size().await.map_err(|e| LogError::io(&log_path, e.into()))?;
+        Ok(Segment::empty(file, log_path, base_offset, allocated, now_ms))
+    }
+
+    fn empty(file: DmaFile, log_path: PathBuf, base_offset: i64, allocated_bytes: u64, now_ms: u64) -> Segment {
+        Segment {
             base_offset,
             file: Rc::new(file),
             log_path,
             size_bytes: 0,
             next_offset: base_offset,
             tail: Some(Vec::new()),
-            allocated_bytes: 0,
+            allocated_bytes,
             index: SegmentIndex::default(),
             bytes_since_index: 0,
             max_timestamp: i64::MIN,
             created_ms: now_ms,
             index_entries_persisted: None,
-        })
+        }
     }
 
     pub fn index_path(&self, extension: &str) -> PathBuf {
@@ -78,6 +107,14 @@ impl Segment {
         let target = (self.allocated_bytes + step).max(write_end);
         Some(target.min(segment_bytes.max(write_end)).next_multiple_of(PAGE_BYTES))
     }
+}
+
+/// Makes the entries of `dir` (a rename into it) durable.
+pub async fn sync_dir(dir: &Path) -> Result<(), LogError> {
+    let opened = glommio::io::Directory::open(dir).await.map_err(|e| LogError::io(dir, e.into()))?;
+    let synced = opened.sync().await.map_err(|e| LogError::io(dir, e.into()));
+    let _ = opened.close().await;
+    synced
 }
 
 pub async fn open_dma(path: &Path, create: bool) -> Result<DmaFile, LogError> {
