@@ -539,4 +539,15 @@ mod tests {
         assert!(serve_args(&["--cache-bytes-max", "12x"]).is_err(), "unknown unit");
         assert!(serve_args(&["--retention-bytes", "-2"]).is_err(), "only -1 means unlimited");
     }
+
+    #[test]
+    fn segment_recycling_is_on_unless_turned_off_and_reaches_every_topic() {
+        let recycles = |flags: &[&str]| {
+            let config = serve_args(flags).unwrap().into_config().unwrap();
+            config.topic_log_config(&Default::default()).unwrap().recycle_segments
+        };
+        assert!(recycles(&[]));
+        assert!(!recycles(&["--segment-recycling", "false"]));
+        assert!(recycles(&["--segment-recycling", "true"]));
+    }
 }
