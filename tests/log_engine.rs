@@ -41,6 +41,11 @@ fn small_segments(flush: FlushPolicy) -> LogConfig {
     LogConfig { segment_bytes: 64 << 10, flush, cache_bytes_max: 16 << 10, retention_ms: -1, ..LogConfig::default() }
 }
 
+/// One segment that never rolls here: a clean reopen reads no older one.
+fn one_segment() -> LogConfig {
+    LogConfig { segment_bytes: 1 << 30, cache_bytes_max: 16 << 10, ..LogConfig::default() }
+}
+
 async fn append_all(log: &Log, batches: &[Bytes]) -> Vec<i64> {
     let mut bases = Vec::new();
     for data in batches {
@@ -136,7 +141,6 @@ fn reopen_after_clean_close_keeps_everything() {
 fn clean_reopen_takes_the_end_from_the_mark_and_scans_nothing() {
     // One segment: older segments are still checked from their last index
     // entry on every open (a few KiB each).
-    let one_segment = || LogConfig { segment_bytes: 1 << 30, cache_bytes_max: 16 << 10, ..LogConfig::default() };
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t-0");
     let sent: Vec<Bytes> = (0..300).map(|i| batch(i, 3, 5_000 + i as i64)).collect();
@@ -199,7 +203,6 @@ fn clean_reopen_takes_the_end_from_the_mark_and_scans_nothing() {
 
 #[test]
 fn a_clean_close_writes_the_index_only_when_it_changed() {
-    let one_segment = || LogConfig { segment_bytes: 1 << 30, cache_bytes_max: 16 << 10, ..LogConfig::default() };
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t-0");
     let sent: Vec<Bytes> = (0..100).map(|i| batch(i, 3, 5_000 + i as i64)).collect();

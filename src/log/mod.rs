@@ -480,7 +480,7 @@ impl Log {
                 Err(other) => return Err(other),
             }
         }
-        let stored_start = if listing.log_start { read_log_start(&dir)? } else { None };
+        let stored_start = if listing.log_start { read_log_start(&dir).await? } else { None };
         if segments.is_empty() {
             let base = stored_start.unwrap_or(0);
             segments.insert(base, Segment::create(&dir, base, now).await?);
@@ -911,17 +911,14 @@ impl Log {
                 remove_if_present(&path).await?;
             }
             let old_path = oldest.log_path.clone();
-            match Rc::try_unwrap(oldest.file) {
-                Ok(file) => {
-                    let _ = file.close().await;
-                    match Segment::reuse(&self.inner.dir, &old_path, base, now).await {
-                        Ok(segment) => return Ok(segment),
-                        Err(e) => {
-                            tracing::warn!(segment = %old_path.display(), error = %e, "cannot write the new segment over an expired one; creating a new file");
-                        }
+            if let Ok(file) = Rc::try_unwrap(oldest.file) {
+                let _ = file.close().await;
+                match Segment::reuse(&self.inner.dir, &old_path, base, now).await {
+                    Ok(segment) => return Ok(segment),
+                    Err(e) => {
+                        tracing::warn!(segment = %old_path.display(), error = %e, "cannot write the new segment over an expired one; creating a new file");
                     }
                 }
-                Err(shared) => drop(shared),
             }
             remove_if_present(&old_path).await?;
         }
@@ -1874,13 +1871,10 @@ fn is_unsupported(e: &std::io::Error) -> bool {
     e.raw_os_error() == Some(libc::EOPNOTSUPP) || e.kind() == std::io::ErrorKind::Unsupported
 }
 
-fn read_log_start(dir: &Path) -> Result<Option<i64>, LogError> {
+async fn read_log_start(dir: &Path) -> Result<Option<i64>, LogError> {
     let path = dir.join(LOG_START_FILE);
-    match std::fs::read_to_string(&path) {
-        Ok(text) => Ok(text.trim().parse::<i64>().ok()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(LogError::io(&path, e)),
-    }
+    let raw = read_small_file(&path).await.map_err(|e| LogError::io(&path, e))?;
+    Ok(raw.and_then(|raw| std::str::from_utf8(&raw).ok()?.trim().parse::<i64>().ok()))
 }
 
 /// Atomically records the log start offset (write, fdatasync, rename),
