@@ -18,6 +18,18 @@ pub const TOPIC_PARTITIONS_MAX: i32 = 100_000;
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 /// Longest long-poll a Fetch may ask for.
 pub const FETCH_WAIT_MS_MAX: i32 = 60_000;
+/// Fetch sessions per core (Kafka's `max.incremental.fetch.session.cache.slots`
+/// is 1,000 per broker).
+pub const FETCH_SESSIONS_MAX: usize = 1_000;
+/// Partitions cached over all fetch sessions of a core, ~120 bytes each.
+pub const FETCH_SESSION_PARTITIONS_MAX: usize = 250_000;
+/// Partition changes a core remembers for its fetch sessions (~24 bytes
+/// each); a session that looks less often than this many changes reads all
+/// of its partitions.
+pub const FETCH_SESSION_CHANGES_MAX: usize = 65_536;
+/// A fetch session unused this long may be evicted for a new one
+/// (Kafka's `min.incremental.fetch.session.eviction.ms`).
+pub const FETCH_SESSION_EVICTABLE_IDLE_MS: u64 = 120_000;
 /// Sequence ranges remembered per producer and partition (Kafka keeps 5).
 pub const PRODUCER_BATCHES_REMEMBERED: usize = 5;
 /// Producer ids handed out per persisted block.
@@ -41,6 +53,8 @@ pub const METRICS_CORE_WAIT_MS: u64 = 2_000;
 
 const _: () = assert!(CONNECTION_IN_FLIGHT_MAX >= 5, "idempotent producers pipeline 5 requests");
 const _: () = assert!(PRODUCER_BATCHES_REMEMBERED == 5);
+const _: () =
+    assert!(FETCH_SESSION_PARTITIONS_MAX >= TOPIC_PARTITIONS_MAX as usize, "one session can hold a whole topic");
 const _: () = assert!(IO_MEMORY_BYTES_DEFAULT * 8 <= 8 * 1024 * 1024, "8 cores fit in an 8 MiB memlock limit");
 const _: () = assert!(REQUEST_BYTES_MAX_DEFAULT <= i32::MAX as usize);
 const _: () = assert!(IN_FLIGHT_BYTES_MAX_DEFAULT >= REQUEST_BYTES_MAX_DEFAULT);

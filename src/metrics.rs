@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use crate::group::GroupResponse;
 use crate::protocol::record_batch;
 use crate::protocol::{ApiKey, ErrorCode};
+use crate::shard::fetch_sessions::FetchContext;
 use crate::shard::{AdminOp, AdminReply, PartitionReply, Shard};
 
 /// Upper bounds of every histogram's buckets, in microseconds: 10 µs to 60 s
@@ -121,6 +122,9 @@ pub struct CoreCounters {
     pub task_delay: Histogram,
     /// Group generations completed by this core's coordinator.
     pub rebalances: u64,
+    /// Fetch requests by how they used fetch sessions: sessionless, full
+    /// (opening a session), incremental.
+    pub fetch_contexts: [u64; 3],
 }
 
 impl Default for CoreCounters {
@@ -136,6 +140,7 @@ impl Default for CoreCounters {
             fsync: Histogram::default(),
             task_delay: Histogram::default(),
             rebalances: 0,
+            fetch_contexts: [0; 3],
         }
     }
 }
@@ -257,6 +262,15 @@ pub fn record_fsync(elapsed: Duration) {
     with(|c| c.fsync.record(elapsed));
 }
 
+pub fn record_fetch_context(context: &FetchContext) {
+    let slot = match context {
+        FetchContext::Sessionless => 0,
+        FetchContext::Full { .. } => 1,
+        FetchContext::Incremental { .. } => 2,
+    };
+    with(|c| c.fetch_contexts[slot] += 1);
+}
+
 pub fn record_rebalance() {
     with(|c| c.rebalances += 1);
 }
@@ -344,6 +358,8 @@ pub struct CoreSnapshot {
     pub in_flight_request_bytes: u64,
     pub inbox_depth: usize,
     pub groups: GroupsSnapshot,
+    /// Open fetch sessions, and the partitions they cache.
+    pub fetch_sessions: (usize, usize),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -415,6 +431,10 @@ pub fn snapshot(shard: &Shard) -> CoreSnapshot {
         in_flight_request_bytes: budget.saturating_sub(shard.in_flight_budget.available()),
         inbox_depth: shard.inbox_depth(),
         groups: shard.group_service().map(|service| service.snapshot()).unwrap_or_default(),
+        fetch_sessions: {
+            let sessions = shard.fetch_sessions.borrow();
+            (sessions.len(), sessions.partitions())
+        },
     }
 }
 
@@ -629,6 +649,30 @@ impl Exposition {
                 .map(|(reason, count)| (vec![("core", s.core.to_string()), ("reason", reason.to_string())], *count))
         });
         counter(out, "shardlog_connections_refused", "Connections closed at once by a connection limit.", refused)?;
+        gauge(
+            out,
+            "shardlog_fetch_sessions",
+            "Open fetch sessions (KIP-227), by core.",
+            self.per_core(|s| s.fetch_sessions.0 as i64),
+        )?;
+        gauge(
+            out,
+            "shardlog_fetch_session_partitions",
+            "Partitions cached by the fetch sessions, by core.",
+            self.per_core(|s| s.fetch_sessions.1 as i64),
+        )?;
+        let contexts = self.snapshots.iter().flat_map(|s| {
+            ["sessionless", "full", "incremental"]
+                .into_iter()
+                .zip(s.counters.fetch_contexts)
+                .map(|(kind, count)| (vec![("core", s.core.to_string()), ("kind", kind.to_string())], count))
+        });
+        counter(
+            out,
+            "shardlog_fetch_requests_by_session",
+            "Fetch requests by their use of fetch sessions: sessionless, full (opening one), incremental.",
+            contexts,
+        )?;
         gauge(
             out,
             "shardlog_partitions",
@@ -988,6 +1032,7 @@ mod tests {
             in_flight_request_bytes: 0,
             inbox_depth: 0,
             groups: GroupsSnapshot::default(),
+            fetch_sessions: (0, 0),
         }
     }
 

@@ -115,6 +115,7 @@ fn responses_come_back_in_request_order_and_acks_zero_gets_none() {
                     partition_max_bytes: 1 << 20,
                 }],
             }],
+            forgotten: Vec::new(),
             rack_id: String::new(),
         }
         .encode(w, 11)
@@ -271,6 +272,7 @@ fn fetch_returns_whole_batch_above_max_bytes() {
                 partition_max_bytes: 100,
             }],
         }],
+        forgotten: Vec::new(),
         rack_id: String::new(),
     };
     let reader = conn.request(ApiKey::Fetch, 11, |w| request.encode(w, 11)).unwrap();
@@ -278,6 +280,140 @@ fn fetch_returns_whole_batch_above_max_bytes() {
     let records = &response.topics[0].partitions[0].records;
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].len(), data.len());
+}
+
+/// One Fetch v11 on a session: `changed` partitions at their offsets, and
+/// `forgotten` ones, of topic `topic`.
+fn session_fetch(
+    conn: &mut shardlog::client::Connection,
+    session: (i32, i32),
+    topic: &str,
+    changed: &[(i32, i64)],
+    forgotten: &[i32],
+    max_wait_ms: i32,
+) -> shardlog::protocol::fetch::FetchResponse {
+    use shardlog::protocol::fetch::{FetchPartition, FetchRequest, FetchResponse, FetchTopic, ForgottenTopic};
+    let request = FetchRequest {
+        replica_id: -1,
+        max_wait_ms,
+        min_bytes: 1,
+        max_bytes: 50 << 20,
+        isolation_level: 0,
+        session_id: session.0,
+        session_epoch: session.1,
+        topics: vec![FetchTopic {
+            name: topic.into(),
+            partitions: changed
+                .iter()
+                .map(|&(index, fetch_offset)| FetchPartition {
+                    index,
+                    current_leader_epoch: -1,
+                    fetch_offset,
+                    log_start_offset: -1,
+                    partition_max_bytes: 1 << 20,
+                })
+                .collect(),
+        }],
+        forgotten: vec![ForgottenTopic { name: topic.into(), partitions: forgotten.to_vec() }],
+        rack_id: String::new(),
+    };
+    let reader = conn.request(ApiKey::Fetch, 11, |w| request.encode(w, 11)).expect("fetch");
+    shardlog::client::decode(reader, 11, FetchResponse::decode).expect("decode fetch")
+}
+
+/// (partition, record batches, high watermark) of each partition answered.
+fn answered(response: &shardlog::protocol::fetch::FetchResponse) -> Vec<(i32, usize, i64)> {
+    response.topics.iter().flat_map(|t| &t.partitions).map(|p| (p.index, p.records.len(), p.high_watermark)).collect()
+}
+
+#[test]
+fn fetch_sessions_answer_only_changed_partitions_and_refuse_stale_epochs() {
+    let broker = Broker::start(1, &[]);
+    create_topic(&broker, "sessions", 3, &[]);
+    let mut conn = broker.connect();
+    let all = [(0, 0), (1, 0), (2, 0)];
+    let full = session_fetch(&mut conn, (0, 0), "sessions", &all, &[], 0);
+    assert_eq!(full.error, Some(ErrorCode::None));
+    let id = full.session_id;
+    assert_ne!(id, 0, "a full fetch at epoch 0 opens a session");
+    assert_eq!(answered(&full), vec![(0, 0, 0), (1, 0, 0), (2, 0, 0)]);
+
+    let quiet = session_fetch(&mut conn, (id, 1), "sessions", &[], &[], 0);
+    assert_eq!((quiet.error, quiet.session_id), (Some(ErrorCode::None), id));
+    assert_eq!(answered(&quiet), vec![], "nothing changed, nothing listed");
+
+    produce(&mut conn, "sessions", 1, batch("s", 3), 1);
+    let news = session_fetch(&mut conn, (id, 2), "sessions", &[], &[], 5_000);
+    assert_eq!(answered(&news), vec![(1, 1, 3)], "only the partition with new records");
+
+    // The client moves partition 1 on and forgets partition 2.
+    let moved = session_fetch(&mut conn, (id, 3), "sessions", &[(1, 3)], &[2], 0);
+    assert_eq!(answered(&moved), vec![], "partition 1 at its end, with the high watermark already sent");
+    produce(&mut conn, "sessions", 2, batch("f", 2), 1);
+    let forgotten = session_fetch(&mut conn, (id, 4), "sessions", &[], &[], 0);
+    assert_eq!(answered(&forgotten), vec![], "a forgotten partition is no longer read");
+    produce(&mut conn, "sessions", 0, batch("z", 4), 1);
+    let zero = session_fetch(&mut conn, (id, 5), "sessions", &[], &[], 5_000);
+    assert_eq!(answered(&zero), vec![(0, 1, 4)]);
+
+    let stale = session_fetch(&mut conn, (id, 5), "sessions", &[], &[], 0);
+    assert_eq!((stale.error, stale.session_id), (Some(ErrorCode::InvalidFetchSessionEpoch), 0));
+    assert!(stale.topics.is_empty());
+    let other = if id == i32::MAX { 1 } else { id + 1 };
+    let unknown = session_fetch(&mut conn, (other, 1), "sessions", &[], &[], 0);
+    assert_eq!(unknown.error, Some(ErrorCode::FetchSessionIdNotFound));
+
+    // Epoch -1 closes the session and answers in full, without one.
+    let closing = session_fetch(&mut conn, (id, -1), "sessions", &[(2, 0)], &[], 0);
+    assert_eq!((closing.error, closing.session_id), (Some(ErrorCode::None), 0));
+    assert_eq!(answered(&closing), vec![(2, 1, 2)]);
+    let closed = session_fetch(&mut conn, (id, 6), "sessions", &[], &[], 0);
+    assert_eq!(closed.error, Some(ErrorCode::FetchSessionIdNotFound));
+}
+
+#[test]
+fn an_incremental_fetch_long_polls_for_new_records_and_reports_a_moved_log_start() {
+    let broker = Broker::start(1, &[]);
+    create_topic(&broker, "session-poll", 2, &[]);
+    let mut conn = broker.connect();
+    let full = session_fetch(&mut conn, (0, 0), "session-poll", &[(0, 0), (1, 0)], &[], 0);
+    let id = full.session_id;
+    assert_ne!(id, 0);
+    let port = broker.port;
+    let producer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        let mut conn = shardlog::client::Connection::connect(("127.0.0.1", port), Duration::from_secs(5)).unwrap();
+        produce(&mut conn, "session-poll", 1, batch("late", 5), 1);
+    });
+    let started = Instant::now();
+    let waited_for = session_fetch(&mut conn, (id, 1), "session-poll", &[], &[], 10_000);
+    let waited = started.elapsed();
+    producer.join().unwrap();
+    assert_eq!(answered(&waited_for), vec![(1, 1, 5)]);
+    assert!(waited >= Duration::from_millis(250) && waited < Duration::from_secs(5), "waited {waited:?}");
+
+    let caught_up = session_fetch(&mut conn, (id, 2), "session-poll", &[(1, 5)], &[], 0);
+    assert_eq!(answered(&caught_up), vec![]);
+    // DeleteRecords moves partition 1's log start up to the client's
+    // offset: no records, the same high watermark, and still news.
+    let request = shardlog::protocol::delete_records::DeleteRecordsRequest {
+        topics: vec![shardlog::protocol::delete_records::DeleteRecordsTopic {
+            name: "session-poll".into(),
+            partitions: vec![shardlog::protocol::delete_records::DeleteRecordsPartition {
+                partition_index: 1,
+                offset: 5,
+            }],
+        }],
+        timeout_ms: 1000,
+    };
+    let mut admin = broker.connect();
+    let reader = admin.request(ApiKey::DeleteRecords, 1, |w| request.encode(w, 1)).unwrap();
+    shardlog::client::decode(reader, 1, shardlog::protocol::delete_records::DeleteRecordsResponse::decode).unwrap();
+    let moved = session_fetch(&mut conn, (id, 3), "session-poll", &[], &[], 0);
+    let partitions: Vec<_> = moved.topics.iter().flat_map(|t| &t.partitions).collect();
+    assert_eq!(partitions.len(), 1, "{moved:?}");
+    let p = partitions[0];
+    assert_eq!((p.index, p.error, p.log_start_offset, p.high_watermark), (1, ErrorCode::None, 5, 5));
 }
 
 #[test]

@@ -89,6 +89,7 @@ async fn fetch_loop(
                     })
                     .collect(),
             }],
+            forgotten: Vec::new(),
             rack_id: String::new(),
         };
         let sent = Instant::now();

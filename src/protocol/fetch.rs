@@ -1,13 +1,13 @@
 //! Fetch (key 1), versions 4–11. Record data in responses is a list of shared
-//! `Bytes` (whole stored batches), written without copying. Fetch sessions
-//! (v7+) are not kept: every response carries session id 0, which clients
-//! treat as "send full requests".
+//! `Bytes` (whole stored batches), written without copying. From v7 a
+//! request names a fetch session (KIP-227; kept by `server::fetch_sessions`)
+//! and lists only the partitions that changed, plus those to forget.
 
 use bytes::Bytes;
 
 use super::{error, DecodeResult, ErrorCode, Reader, Writer};
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FetchRequest {
     pub replica_id: i32,
     pub max_wait_ms: i32,
@@ -17,16 +17,24 @@ pub struct FetchRequest {
     pub session_id: i32,
     pub session_epoch: i32,
     pub topics: Vec<FetchTopic>,
+    /// Partitions to drop from the session (v7+).
+    pub forgotten: Vec<ForgottenTopic>,
     pub rack_id: String,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForgottenTopic {
+    pub name: String,
+    pub partitions: Vec<i32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchTopic {
     pub name: String,
     pub partitions: Vec<FetchPartition>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FetchPartition {
     pub index: i32,
     pub current_leader_epoch: i32,
@@ -65,14 +73,18 @@ impl FetchRequest {
             }
             topics.push(FetchTopic { name, partitions });
         }
+        let mut forgotten = Vec::new();
         if version >= 7 {
-            let forgotten = r.array_len(6)?;
-            for _ in 0..forgotten {
-                r.string()?;
+            let topic_count = r.array_len(6)?;
+            forgotten.reserve(topic_count);
+            for _ in 0..topic_count {
+                let name = r.string()?;
                 let count = r.array_len(4)?;
+                let mut partitions = Vec::with_capacity(count);
                 for _ in 0..count {
-                    r.i32()?;
+                    partitions.push(r.i32()?);
                 }
+                forgotten.push(ForgottenTopic { name, partitions });
             }
         }
         let rack_id = if version >= 11 { r.string()? } else { String::new() };
@@ -85,6 +97,7 @@ impl FetchRequest {
             session_id,
             session_epoch,
             topics,
+            forgotten,
             rack_id,
         })
     }
@@ -116,7 +129,14 @@ impl FetchRequest {
             }
         }
         if version >= 7 {
-            w.i32(0);
+            w.i32(self.forgotten.len() as i32);
+            for topic in &self.forgotten {
+                w.string(&topic.name);
+                w.i32(topic.partitions.len() as i32);
+                for &index in &topic.partitions {
+                    w.i32(index);
+                }
+            }
         }
         if version >= 11 {
             w.string(&self.rack_id);
@@ -229,5 +249,119 @@ impl FetchResponse {
             topics.push(FetchTopicResponse { name, partitions });
         }
         Ok(Self { throttle_time_ms, error, session_id, topics })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::Writer;
+    use bytes::BytesMut;
+    use kafka_protocol::messages as oracle;
+    use kafka_protocol::protocol::{Encodable, StrBytes};
+
+    fn request() -> FetchRequest {
+        FetchRequest {
+            replica_id: -1,
+            max_wait_ms: 500,
+            min_bytes: 1,
+            max_bytes: 50 << 20,
+            isolation_level: 0,
+            session_id: 1234,
+            session_epoch: 7,
+            topics: vec![FetchTopic {
+                name: "payments".into(),
+                partitions: vec![FetchPartition {
+                    index: 3,
+                    current_leader_epoch: 2,
+                    fetch_offset: 99,
+                    log_start_offset: 5,
+                    partition_max_bytes: 1 << 20,
+                }],
+            }],
+            forgotten: vec![
+                ForgottenTopic { name: "payments".into(), partitions: vec![0, 1] },
+                ForgottenTopic { name: "refunds".into(), partitions: vec![4] },
+            ],
+            rack_id: "r1".into(),
+        }
+    }
+
+    fn oracle_request(message: &FetchRequest) -> oracle::FetchRequest {
+        let text = |s: &str| StrBytes::from_string(s.to_owned());
+        let topics = message
+            .topics
+            .iter()
+            .map(|t| {
+                let partitions = t
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        oracle::fetch_request::FetchPartition::default()
+                            .with_partition(p.index)
+                            .with_current_leader_epoch(p.current_leader_epoch)
+                            .with_fetch_offset(p.fetch_offset)
+                            .with_log_start_offset(p.log_start_offset)
+                            .with_partition_max_bytes(p.partition_max_bytes)
+                    })
+                    .collect();
+                oracle::fetch_request::FetchTopic::default()
+                    .with_topic(oracle::TopicName(text(&t.name)))
+                    .with_partitions(partitions)
+            })
+            .collect();
+        let forgotten = message
+            .forgotten
+            .iter()
+            .map(|t| {
+                oracle::fetch_request::ForgottenTopic::default()
+                    .with_topic(oracle::TopicName(text(&t.name)))
+                    .with_partitions(t.partitions.clone())
+            })
+            .collect();
+        oracle::FetchRequest::default()
+            .with_replica_id(oracle::BrokerId(message.replica_id))
+            .with_max_wait_ms(message.max_wait_ms)
+            .with_min_bytes(message.min_bytes)
+            .with_max_bytes(message.max_bytes)
+            .with_isolation_level(message.isolation_level)
+            .with_session_id(message.session_id)
+            .with_session_epoch(message.session_epoch)
+            .with_topics(topics)
+            .with_forgotten_topics_data(forgotten)
+            .with_rack_id(text(&message.rack_id))
+    }
+
+    #[test]
+    fn session_fields_and_forgotten_topics_match_kafka_protocol_crate_and_round_trip() {
+        for version in 7..=11 {
+            let message = request();
+            let mut ours = Writer::new();
+            message.encode(&mut ours, version);
+            let ours = ours.into_bytes();
+            let mut theirs = BytesMut::new();
+            oracle_request(&message).encode(&mut theirs, version).expect("oracle encodes");
+            assert_eq!(ours, theirs.freeze(), "v{version}");
+            let decoded = FetchRequest::decode(&mut Reader::new(ours), version).unwrap();
+            let mut expected = message.clone();
+            if version < 9 {
+                expected.topics[0].partitions[0].current_leader_epoch = -1;
+            }
+            if version < 11 {
+                expected.rack_id = String::new();
+            }
+            assert_eq!(decoded, expected, "v{version}");
+        }
+    }
+
+    #[test]
+    fn a_forgotten_list_longer_than_the_frame_is_refused_before_allocating() {
+        let mut w = Writer::new();
+        FetchRequest { forgotten: Vec::new(), ..request() }.encode(&mut w, 7);
+        let mut bytes = w.into_bytes().to_vec();
+        // The forgotten-topics count is the last four bytes at v7.
+        let at = bytes.len() - 4;
+        bytes[at..].copy_from_slice(&i32::MAX.to_be_bytes());
+        assert!(FetchRequest::decode(&mut Reader::new(bytes.into()), 7).is_err());
     }
 }

@@ -7,6 +7,7 @@
 //! them and hands the new image to every core before answering.
 
 mod events;
+pub mod fetch_sessions;
 pub mod groups;
 pub mod partition;
 
@@ -141,6 +142,8 @@ pub struct Shard {
     pub in_flight_budget: Rc<Semaphore>,
     /// The consumer groups hashed to this core (set once at start).
     groups: RefCell<Option<Rc<groups::GroupService>>>,
+    /// Fetch sessions opened on this core's connections.
+    pub fetch_sessions: RefCell<fetch_sessions::FetchSessions>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -175,6 +178,7 @@ impl Shard {
             in_flight_requests: Cell::new(0),
             in_flight_budget: Rc::new(Semaphore::new(in_flight_bytes)),
             groups: RefCell::new(None),
+            fetch_sessions: RefCell::new(fetch_sessions::FetchSessions::default()),
         })
     }
 
@@ -300,6 +304,13 @@ impl Shard {
         Ok(partition)
     }
 
+    /// Tells long polls and fetch sessions that `partition` has something
+    /// new to read: records, a high watermark, a log start offset.
+    fn readable_changed(&self, partition: &Partition) {
+        self.fetch_sessions.borrow_mut().note_change(&partition.topic_key, partition.index);
+        self.data_event.notify(usize::MAX);
+    }
+
     /// Waits until data arrives on this core, shutdown begins, or `deadline`.
     pub async fn await_data(&self, deadline: std::time::Instant) {
         let listener = self.data_event.listen();
@@ -388,7 +399,10 @@ impl Shard {
                 PartitionReply::ListOffsets(list_offsets(&partition, timestamp).await)
             }
             PartitionOp::DeleteRecords { offset } => match partition.log.delete_records(offset).await {
-                Ok(low_watermark) => PartitionReply::DeleteRecords { low_watermark, error: ErrorCode::None },
+                Ok(low_watermark) => {
+                    self.readable_changed(&partition);
+                    PartitionReply::DeleteRecords { low_watermark, error: ErrorCode::None }
+                }
                 Err(err) => PartitionReply::DeleteRecords { low_watermark: -1, error: log_error_code(&err) },
             },
             PartitionOp::OffsetForLeaderEpoch { leader_epoch } => {
@@ -448,7 +462,7 @@ impl Shard {
             if let Err(err) = log.wait_done(last).await {
                 return ProducePartitionResponse::error(index, log_error_code(&err));
             }
-            self.data_event.notify(usize::MAX);
+            self.readable_changed(partition);
         }
         ProducePartitionResponse {
             index,
@@ -731,7 +745,11 @@ impl Shard {
                     found.push(Rc::downgrade(&partition));
                 }
                 if retention {
+                    let log_start = log.log_start_offset();
                     let _ = log.enforce_retention(now).await;
+                    if log.log_start_offset() != log_start {
+                        self.readable_changed(&partition);
+                    }
                     let _ = partition.snapshot_producers_if_rolled().await;
                 }
             }

@@ -21,6 +21,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
 
 use crate::constants::PRODUCER_BATCHES_REMEMBERED;
 use crate::log::Log;
@@ -29,6 +30,8 @@ use crate::protocol::ErrorCode;
 
 pub struct Partition {
     pub topic: String,
+    /// The topic's name as the fetch sessions' keys hold it.
+    pub topic_key: Rc<str>,
     pub index: i32,
     pub log: Log,
     producers: RefCell<HashMap<i64, ProducerEntry>>,
@@ -64,6 +67,7 @@ pub enum SequenceCheck {
 impl Partition {
     pub fn new(topic: String, index: i32, log: Log) -> Self {
         Self {
+            topic_key: topic.as_str().into(),
             topic,
             index,
             log,

@@ -215,6 +215,7 @@ pub fn fetch(
                 partition_max_bytes: 10 << 20,
             }],
         }],
+        forgotten: Vec::new(),
         rack_id: String::new(),
     };
     let reader = conn.request(ApiKey::Fetch, 11, |w| request.encode(w, 11)).expect("fetch");

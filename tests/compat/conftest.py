@@ -378,9 +378,10 @@ def crc32_partition(key: bytes, partitions: int = PARTITIONS) -> int:
     return zlib.crc32(key) % partitions
 
 
-def expected_by_partition(records: Iterable[Rec], partition_of: Callable[[bytes], int]) -> Dict[int, List[Rec]]:
+def expected_by_partition(records: Iterable[Rec], partition_of: Callable[[bytes], int],
+                          partitions: int = PARTITIONS) -> Dict[int, List[Rec]]:
     """Records grouped by the partition the client's partitioner assigns, in send order."""
-    out: Dict[int, List[Rec]] = {p: [] for p in range(PARTITIONS)}
+    out: Dict[int, List[Rec]] = {p: [] for p in range(partitions)}
     for rec in records:
         out[partition_of(rec.key)].append(rec)
     return out

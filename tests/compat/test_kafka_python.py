@@ -4,7 +4,9 @@ kafka-python's default partitioner is Java-compatible murmur2, so the expected
 partition of every keyed record is computed independently.
 """
 
+import re
 import time
+import urllib.request
 
 import pytest
 from kafka import KafkaProducer, TopicPartition
@@ -15,7 +17,8 @@ from kafka.errors import TopicAlreadyExistsError
 
 from conftest import (NUM_RECORDS, PARTITIONS, Consumed,
                       assert_partitions_match, expected_by_partition,
-                      make_records, murmur2_partition, unique_topic)
+                      make_records, murmur2_partition, pick_ports,
+                      unique_topic)
 
 PRODUCE_VARIANTS = {
     "acks1": dict(acks=1, enable_idempotence=False),
@@ -98,6 +101,53 @@ def test_restart_between_produce_and_consume(broker, kp_consumer):
     consumed, _ = kp_read_topic(kp_consumer, broker, topic, len(records))
     assert_partitions_match(expected_by_partition(records, murmur2_partition), consumed)
     assert {(c.partition, c.offset) for c in consumed} == set(reports)
+
+
+def fetch_session_counts(metrics_port):
+    """Fetch requests by session kind, summed over cores, from /metrics."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+    counts = {"sessionless": 0, "full": 0, "incremental": 0}
+    for kind, value in re.findall(
+            r'^shardlog_fetch_requests_by_session_total\{core="\d+",kind="(\w+)"\} (\d+)', text, re.M):
+        counts[kind] += int(value)
+    return counts
+
+
+def test_consumer_reads_through_an_incremental_fetch_session(broker_factory, kp_consumer):
+    """kafka-python opens a fetch session (KIP-227) and polls incrementally;
+    records produced while it polls arrive exactly once and in order."""
+    metrics_port = pick_ports(1)
+    broker = broker_factory("per-core", 2, extra_args=["--metrics-port", str(metrics_port)])
+    partitions = 64
+    topic = broker.create_topic(unique_topic("kp-session"), partitions=partitions)
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    consumer = kp_consumer(broker, assign=tps)
+    assert consumer.poll(timeout_ms=500) == {}
+    before = fetch_session_counts(metrics_port)
+
+    def partition_of(key):
+        return murmur2_partition(key, partitions)
+
+    records = make_records(2_000, seed=24)
+    reports = []
+    consumed = []
+    # Two rounds: each produces while the consumer's session is open.
+    for half in (records[:1_000], records[1_000:]):
+        reports += kp_produce(broker, topic, half, acks=1)
+        deadline = time.monotonic() + 60
+        while len(consumed) < len(reports) and time.monotonic() < deadline:
+            for tp, msgs in consumer.poll(timeout_ms=500, max_records=5_000).items():
+                consumed += [Consumed(m.partition, m.offset, m.key, m.value, tuple(m.headers or ())) for m in msgs]
+        assert len(consumed) == len(reports), f"consumed {len(consumed)}/{len(reports)}"
+    assert not any(consumer.poll(timeout_ms=300).values())
+    assert_partitions_match(expected_by_partition(records, partition_of, partitions), consumed)
+    assert {(c.partition, c.offset) for c in consumed} == set(reports)
+    after = fetch_session_counts(metrics_port)
+    incremental = after["incremental"] - before["incremental"]
+    # One session per node (core), opened by the first poll; every later
+    # fetch is incremental (a refused epoch would make the client reopen).
+    assert before["full"] >= 1 and after["full"] == before["full"], f"sessions reopened: {before} -> {after}"
+    assert incremental >= 4, f"the consumer polled without a fetch session: {before} -> {after}"
 
 
 def test_admin(broker2):
