@@ -12,7 +12,7 @@ pub mod groups;
 pub mod partition;
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
@@ -127,7 +127,7 @@ pub struct Shard {
     pub id: ShardId,
     pub config: Arc<ServeConfig>,
     image: RefCell<Arc<MetadataImage>>,
-    partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
+    partitions: RefCell<hashbrown::HashMap<(String, i32), Rc<Partition>>>,
     inboxes: Vec<flume::Sender<ShardMessage>>,
     /// Notified whenever new data becomes readable on this core (long polls).
     pub data_event: Event,
@@ -168,7 +168,7 @@ impl Shard {
             id,
             config,
             image: RefCell::new(image),
-            partitions: RefCell::new(HashMap::new()),
+            partitions: RefCell::new(hashbrown::HashMap::new()),
             inboxes,
             data_event: Event::new(),
             controller_lock: Semaphore::new(1),
@@ -203,7 +203,7 @@ impl Shard {
     }
 
     pub fn local_partition(&self, topic: &str, partition: i32) -> Option<Rc<Partition>> {
-        self.partitions.borrow().get(&(topic.to_string(), partition)).cloned()
+        self.partitions.borrow().get(&PartitionKeyRef(topic, partition)).cloned()
     }
 
     pub fn local_partition_count(&self) -> usize {
@@ -1029,6 +1029,17 @@ fn error_reply(op: &PartitionOp, index: i32, code: ErrorCode) -> PartitionReply 
         PartitionOp::OffsetForLeaderEpoch { .. } => {
             PartitionReply::OffsetForLeaderEpoch { leader_epoch: -1, end_offset: -1, error: code }
         }
+    }
+}
+
+/// A `(topic, partition)` key of the partitions map, looked up without
+/// allocating a `String` (a fetch of 10,000 partitions looks up each one).
+#[derive(Hash)]
+struct PartitionKeyRef<'a>(&'a str, i32);
+
+impl hashbrown::Equivalent<(String, i32)> for PartitionKeyRef<'_> {
+    fn equivalent(&self, key: &(String, i32)) -> bool {
+        self.1 == key.1 && self.0 == key.0
     }
 }
 
