@@ -1,8 +1,12 @@
 //! `shardlog bench` as a user runs it: the real binary spawning its own
-//! broker, checked through the files it writes (JSON, SVG, .hgrm).
+//! broker (or against one started here), checked through the files it
+//! writes (JSON, SVG, .hgrm) and the broker's metrics.
+
+mod common;
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -169,4 +173,56 @@ fn check_hgrm(text: &str, total: u64) {
     assert_eq!(footer.len(), 3, "footer: {footer:?}");
     assert!(footer[0].starts_with("#[Mean"));
     assert!(footer[1].contains(&format!("Total count    = {total:>12}")), "{}", footer[1]);
+}
+
+/// Fetch requests by session kind, summed over cores, from `/metrics`.
+fn fetch_kinds(metrics_port: u16) -> (f64, f64, f64) {
+    let (code, body) =
+        shardlog::client::status::http_get(&format!("127.0.0.1:{metrics_port}"), "/metrics", Duration::from_secs(10))
+            .expect("scrape");
+    assert_eq!(code, 200, "{body}");
+    let count = |kind: &str| -> f64 {
+        body.lines()
+            .filter(|l| {
+                l.starts_with("shardlog_fetch_requests_by_session_total{") && l.contains(&format!("kind=\"{kind}\""))
+            })
+            .map(|l| l.rsplit_once(' ').expect("sample").1.parse::<f64>().expect("value"))
+            .sum()
+    };
+    (count("sessionless"), count("full"), count("incremental"))
+}
+
+#[test]
+fn bench_consumers_fetch_through_a_session_unless_told_not_to() {
+    let metrics_port = common::free_ports(1);
+    let broker = common::Broker::start(1, &["--metrics-port", &metrics_port.to_string()]);
+    let brokers = broker.bootstrap();
+    let run = |topic: &str, sessions: &str| {
+        succeed(&[
+            "e2e",
+            "--brokers",
+            &brokers,
+            "--topic",
+            topic,
+            "--partitions",
+            "50",
+            "--rate",
+            "2000",
+            "--duration",
+            "2s",
+            "--warmup",
+            "0s",
+            "--verify",
+            "--fetch-sessions",
+            sessions,
+        ]);
+    };
+    run("with-sessions", "true");
+    let (sessionless, full, incremental) = fetch_kinds(metrics_port);
+    assert!(incremental >= 10.0 && full >= 1.0, "full {full}, incremental {incremental}");
+    assert_eq!(sessionless, 0.0);
+    run("without-sessions", "false");
+    let after = fetch_kinds(metrics_port);
+    assert!(after.0 >= 10.0, "sessionless fetches: {after:?}");
+    assert_eq!((after.1, after.2), (full, incremental), "no session use with --fetch-sessions false");
 }

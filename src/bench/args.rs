@@ -112,6 +112,9 @@ pub struct BenchArgs {
     /// Number every message and check that none is lost, duplicated or reordered.
     #[arg(long)]
     pub verify: bool,
+    /// Consumers keep a fetch session (KIP-227) per node, so fetches after the first list only the partitions that changed, both ways; `false` lists every partition every time.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub fetch_sessions: bool,
     /// Latency percentile distribution (HdrHistogram text format, ms); other histograms go to FILE.<name>.hgrm.
     #[arg(long, value_name = "FILE")]
     pub hgrm: Option<PathBuf>,
@@ -195,6 +198,7 @@ pub struct Workload {
     pub rate_messages_per_s: Option<f64>,
     pub from: StartFrom,
     pub verify: bool,
+    pub fetch_sessions: bool,
     pub cores: usize,
     pub connections: usize,
 }
@@ -282,6 +286,7 @@ impl BenchArgs {
             rate_messages_per_s,
             from: self.from,
             verify: self.verify,
+            fetch_sessions: self.fetch_sessions,
             cores,
             connections: self.connections,
         })

@@ -14,9 +14,10 @@ use super::core::{ConsumeUntil, ConsumerSpec, Outcome, PartitionRead, RunShared,
 use super::payload::ValueHeader;
 use super::verify::{SequenceCheck, StreamId};
 use crate::client::pipelined::{ConnectionOptions, Nodes};
-use crate::protocol::fetch::{FetchPartition, FetchRequest, FetchResponse, FetchTopic};
+use crate::protocol::fetch::{FetchPartition, FetchRequest, FetchResponse, FetchTopic, ForgottenTopic};
 use crate::protocol::record_batch::{record_views, BatchHeader};
 use crate::protocol::ApiKey;
+use crate::protocol::ErrorCode;
 
 /// Long-poll time of a fetch; also how late a consumer may notice the end.
 const FETCH_WAIT_MS: i32 = 200;
@@ -63,33 +64,27 @@ async fn fetch_loop(
     let connection = nodes.node(node).await.map_err(|e| e.to_string())?;
     let version = shared.versions.fetch;
     let mut seen: HashMap<StreamId, SequenceCheck> = HashMap::new();
+    let mut session = FetchSession { sessionless: !shared.workload.fetch_sessions, ..FetchSession::default() };
     loop {
         reads.retain(|r| r.until.is_none_or(|until| r.offset < until));
         if reads.is_empty() || should_stop(&shared) {
             return Ok(seen);
         }
+        let (session_id, session_epoch, partitions, forgotten) = session.next(&reads);
         let request = FetchRequest {
             replica_id: -1,
             max_wait_ms: FETCH_WAIT_MS,
             min_bytes: 1,
             max_bytes: FETCH_BYTES_MAX,
             isolation_level: 0,
-            session_id: 0,
-            session_epoch: -1,
-            topics: vec![FetchTopic {
-                name: shared.workload.topic.clone(),
-                partitions: reads
-                    .iter()
-                    .map(|r| FetchPartition {
-                        index: r.index,
-                        current_leader_epoch: -1,
-                        fetch_offset: r.offset,
-                        log_start_offset: -1,
-                        partition_max_bytes: PARTITION_FETCH_BYTES_MAX,
-                    })
-                    .collect(),
-            }],
-            forgotten: Vec::new(),
+            session_id,
+            session_epoch,
+            topics: vec![FetchTopic { name: shared.workload.topic.clone(), partitions }],
+            forgotten: if forgotten.is_empty() {
+                Vec::new()
+            } else {
+                vec![ForgottenTopic { name: shared.workload.topic.clone(), partitions: forgotten }]
+            },
             rack_id: String::new(),
         };
         let sent = Instant::now();
@@ -98,6 +93,7 @@ async fn fetch_loop(
             .await
             .map_err(|e| e.to_string())?;
         let received = Instant::now();
+        session.answered(response.error, response.session_id);
         {
             let mut stats = stats.borrow_mut();
             stats.fetches += 1;
@@ -155,6 +151,80 @@ async fn fetch_loop(
             }
         }
         glommio::yield_if_needed().await;
+    }
+}
+
+/// The client side of a fetch session (KIP-227), as Kafka's Java client
+/// keeps one per node: the first request lists every partition and opens
+/// the session; later ones list only partitions whose fetch offset moved
+/// and those no longer read. A refused session starts over in full.
+#[derive(Default)]
+struct FetchSession {
+    /// Every request lists every partition (epoch -1), as before KIP-227.
+    sessionless: bool,
+    id: i32,
+    /// The epoch of the next request: 0 opens a session.
+    epoch: i32,
+    /// Fetch offsets the session holds, by partition.
+    offsets: HashMap<i32, i64>,
+    /// Offsets of the request in flight, the session's once it is answered.
+    pending: Vec<(i32, i64)>,
+    dropped: Vec<i32>,
+}
+
+impl FetchSession {
+    /// The next request's session id, epoch, partitions and forgotten ones.
+    fn next(&mut self, reads: &[PartitionRead]) -> (i32, i32, Vec<FetchPartition>, Vec<i32>) {
+        if self.sessionless {
+            self.offsets.clear();
+        }
+        let full = self.epoch == 0 || self.sessionless;
+        if full {
+            self.offsets.clear();
+        }
+        let mut held = 0;
+        let mut changed = Vec::new();
+        for read in reads {
+            let offset = self.offsets.get(&read.index);
+            held += usize::from(offset.is_some());
+            if offset != Some(&read.offset) {
+                changed.push(FetchPartition {
+                    index: read.index,
+                    current_leader_epoch: -1,
+                    fetch_offset: read.offset,
+                    log_start_offset: -1,
+                    partition_max_bytes: PARTITION_FETCH_BYTES_MAX,
+                });
+            }
+        }
+        self.pending = changed.iter().map(|p| (p.index, p.fetch_offset)).collect();
+        self.dropped.clear();
+        if held < self.offsets.len() {
+            let reading: std::collections::HashSet<i32> = reads.iter().map(|r| r.index).collect();
+            self.dropped.extend(self.offsets.keys().filter(|index| !reading.contains(index)));
+        }
+        if self.sessionless {
+            return (0, -1, changed, Vec::new());
+        }
+        (self.id, self.epoch, changed, self.dropped.clone())
+    }
+
+    fn answered(&mut self, error: Option<ErrorCode>, session_id: i32) {
+        if self.sessionless {
+            return;
+        }
+        let error = error.unwrap_or(ErrorCode::None);
+        if !error.is_ok() || session_id == 0 || (self.epoch != 0 && session_id != self.id) {
+            // Refused (evicted, wrong epoch) or not kept: start over.
+            *self = Self::default();
+            return;
+        }
+        for index in self.dropped.drain(..) {
+            self.offsets.remove(&index);
+        }
+        self.offsets.extend(self.pending.drain(..));
+        self.id = session_id;
+        self.epoch = if self.epoch == i32::MAX { 1 } else { self.epoch + 1 };
     }
 }
 
@@ -236,3 +306,47 @@ fn should_stop(shared: &RunShared) -> bool {
 /// How long consumers keep reading after the producers finished, waiting
 /// for records that were acknowledged but have not arrived.
 pub const DRAIN: Duration = Duration::from_secs(10);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reads(offsets: &[(i32, i64)]) -> Vec<PartitionRead> {
+        offsets.iter().map(|&(index, offset)| PartitionRead { index, offset, until: None }).collect()
+    }
+
+    fn listed(partitions: &[FetchPartition]) -> Vec<(i32, i64)> {
+        partitions.iter().map(|p| (p.index, p.fetch_offset)).collect()
+    }
+
+    #[test]
+    fn a_session_sends_everything_once_then_only_moved_and_dropped_partitions() {
+        let mut session = FetchSession::default();
+        let (id, epoch, partitions, forgotten) = session.next(&reads(&[(0, 0), (1, 0), (2, 0)]));
+        assert_eq!((id, epoch, listed(&partitions), forgotten), (0, 0, vec![(0, 0), (1, 0), (2, 0)], vec![]));
+        session.answered(Some(ErrorCode::None), 77);
+        let (id, epoch, partitions, _) = session.next(&reads(&[(0, 0), (1, 0), (2, 0)]));
+        assert_eq!((id, epoch, listed(&partitions)), (77, 1, vec![]));
+        session.answered(Some(ErrorCode::None), 77);
+        let (_, epoch, partitions, forgotten) = session.next(&reads(&[(0, 5), (2, 0)]));
+        assert_eq!((epoch, listed(&partitions), forgotten), (2, vec![(0, 5)], vec![1]));
+        session.answered(Some(ErrorCode::None), 77);
+        let (_, epoch, partitions, forgotten) = session.next(&reads(&[(0, 5), (2, 0)]));
+        assert_eq!((epoch, listed(&partitions), forgotten), (3, vec![], vec![]));
+    }
+
+    #[test]
+    fn a_refused_or_unkept_session_starts_over_in_full() {
+        let mut session = FetchSession::default();
+        session.next(&reads(&[(0, 0)]));
+        session.answered(Some(ErrorCode::None), 9);
+        session.next(&reads(&[(0, 3)]));
+        session.answered(Some(ErrorCode::FetchSessionIdNotFound), 0);
+        let (id, epoch, partitions, _) = session.next(&reads(&[(0, 3)]));
+        assert_eq!((id, epoch, listed(&partitions)), (0, 0, vec![(0, 3)]));
+        // A broker without sessions answers id 0: every request stays full.
+        session.answered(Some(ErrorCode::None), 0);
+        let (id, epoch, partitions, _) = session.next(&reads(&[(0, 3)]));
+        assert_eq!((id, epoch, listed(&partitions)), (0, 0, vec![(0, 3)]));
+    }
+}

@@ -582,6 +582,7 @@ fn workload_report(workload: &Workload, args: &BenchArgs) -> WorkloadReport {
         rate_msgs_per_s: workload.rate_messages_per_s,
         from: format!("{:?}", workload.from).to_lowercase(),
         verify: workload.verify,
+        fetch_sessions: workload.fetch_sessions,
         cores: workload.cores,
         connections_per_core: workload.connections,
     }

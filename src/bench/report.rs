@@ -92,6 +92,7 @@ pub struct WorkloadReport {
     pub rate_msgs_per_s: Option<f64>,
     pub from: String,
     pub verify: bool,
+    pub fetch_sessions: bool,
     pub cores: usize,
     pub connections_per_core: usize,
 }
