@@ -65,12 +65,28 @@ async fn fetch_loop(
     let version = shared.versions.fetch;
     let mut seen: HashMap<StreamId, SequenceCheck> = HashMap::new();
     let mut session = FetchSession { sessionless: !shared.workload.fetch_sessions, ..FetchSession::default() };
+    // Response partitions by position in `reads` (a linear search per
+    // partition made each fetch quadratic: 10,000 partitions, 50M
+    // comparisons), and the positions whose offset moved since the last
+    // request (a session lists only those; comparing all 10,000 each
+    // fetch kept the generator's core busy).
+    let positions = |reads: &[PartitionRead]| -> HashMap<i32, usize> {
+        reads.iter().enumerate().map(|(at, r)| (r.index, at)).collect()
+    };
+    let mut position = positions(&reads);
+    let mut moved: Option<Vec<usize>> = None;
     loop {
+        let before = reads.len();
         reads.retain(|r| r.until.is_none_or(|until| r.offset < until));
         if reads.is_empty() || should_stop(&shared) {
             return Ok(seen);
         }
-        let (session_id, session_epoch, partitions, forgotten) = session.next(&reads);
+        if reads.len() != before {
+            position = positions(&reads);
+            moved = None;
+        }
+        let (session_id, session_epoch, partitions, forgotten) = session.next(&reads, moved.as_deref());
+        moved = Some(Vec::new());
         let request = FetchRequest {
             replica_id: -1,
             max_wait_ms: FETCH_WAIT_MS,
@@ -102,17 +118,15 @@ async fn fetch_loop(
             }
         }
         let receipt_us = shared.clock.wall_us(received);
-        // Response partitions by position in `reads` (a linear search per
-        // partition made each fetch quadratic: 10,000 partitions, 50M
-        // comparisons).
-        let position: HashMap<i32, usize> = reads.iter().enumerate().map(|(at, r)| (r.index, at)).collect();
         for partition in response.topics.iter().flat_map(|t| &t.partitions) {
             if !partition.error.is_ok() {
                 return Err(format!("fetch {}/{}: {:?}", shared.workload.topic, partition.index, partition.error));
             }
-            let Some(read) = position.get(&partition.index).map(|&at| &mut reads[at]) else {
+            let Some(&at) = position.get(&partition.index) else {
                 continue;
             };
+            let read = &mut reads[at];
+            let offset_before = read.offset;
             let mut got_any = false;
             for batch in &partition.records {
                 let header = BatchHeader::parse(batch, usize::MAX).map_err(|e| format!("fetched batch: {e}"))?;
@@ -141,6 +155,11 @@ async fn fetch_loop(
                 tally.apply(&shared, &mut stats.borrow_mut());
                 read.offset = header.last_offset() + 1;
                 got_any = true;
+            }
+            if read.offset != offset_before {
+                if let Some(moved) = moved.as_mut() {
+                    moved.push(at);
+                }
             }
             if got_any {
                 let mut outcome = outcome.borrow_mut();
@@ -173,28 +192,40 @@ struct FetchSession {
 }
 
 impl FetchSession {
-    /// The next request's session id, epoch, partitions and forgotten ones.
-    fn next(&mut self, reads: &[PartitionRead]) -> (i32, i32, Vec<FetchPartition>, Vec<i32>) {
-        if self.sessionless {
-            self.offsets.clear();
-        }
+    /// The next request's session id, epoch, partitions and forgotten ones;
+    /// `moved` are the positions in `reads` whose offset may have changed
+    /// since the last request (None: any may have, or `reads` changed).
+    fn next(&mut self, reads: &[PartitionRead], moved: Option<&[usize]>) -> (i32, i32, Vec<FetchPartition>, Vec<i32>) {
         let full = self.epoch == 0 || self.sessionless;
         if full {
             self.offsets.clear();
         }
+        let changed_read = |read: &PartitionRead| FetchPartition {
+            index: read.index,
+            current_leader_epoch: -1,
+            fetch_offset: read.offset,
+            log_start_offset: -1,
+            partition_max_bytes: PARTITION_FETCH_BYTES_MAX,
+        };
         let mut held = 0;
         let mut changed = Vec::new();
-        for read in reads {
-            let offset = self.offsets.get(&read.index);
-            held += usize::from(offset.is_some());
-            if offset != Some(&read.offset) {
-                changed.push(FetchPartition {
-                    index: read.index,
-                    current_leader_epoch: -1,
-                    fetch_offset: read.offset,
-                    log_start_offset: -1,
-                    partition_max_bytes: PARTITION_FETCH_BYTES_MAX,
-                });
+        match moved {
+            Some(moved) if !full => {
+                for read in moved.iter().filter_map(|&at| reads.get(at)) {
+                    if self.offsets.get(&read.index) != Some(&read.offset) {
+                        changed.push(changed_read(read));
+                    }
+                }
+                held = self.offsets.len();
+            }
+            _ => {
+                for read in reads {
+                    let offset = self.offsets.get(&read.index);
+                    held += usize::from(offset.is_some());
+                    if offset != Some(&read.offset) {
+                        changed.push(changed_read(read));
+                    }
+                }
             }
         }
         self.pending = changed.iter().map(|p| (p.index, p.fetch_offset)).collect();
@@ -315,6 +346,12 @@ mod tests {
         offsets.iter().map(|&(index, offset)| PartitionRead { index, offset, until: None }).collect()
     }
 
+    impl FetchSession {
+        fn next_all(&mut self, reads: &[PartitionRead]) -> (i32, i32, Vec<FetchPartition>, Vec<i32>) {
+            self.next(reads, None)
+        }
+    }
+
     fn listed(partitions: &[FetchPartition]) -> Vec<(i32, i64)> {
         partitions.iter().map(|p| (p.index, p.fetch_offset)).collect()
     }
@@ -322,31 +359,35 @@ mod tests {
     #[test]
     fn a_session_sends_everything_once_then_only_moved_and_dropped_partitions() {
         let mut session = FetchSession::default();
-        let (id, epoch, partitions, forgotten) = session.next(&reads(&[(0, 0), (1, 0), (2, 0)]));
+        let (id, epoch, partitions, forgotten) = session.next_all(&reads(&[(0, 0), (1, 0), (2, 0)]));
         assert_eq!((id, epoch, listed(&partitions), forgotten), (0, 0, vec![(0, 0), (1, 0), (2, 0)], vec![]));
         session.answered(Some(ErrorCode::None), 77);
-        let (id, epoch, partitions, _) = session.next(&reads(&[(0, 0), (1, 0), (2, 0)]));
+        let (id, epoch, partitions, _) = session.next_all(&reads(&[(0, 0), (1, 0), (2, 0)]));
         assert_eq!((id, epoch, listed(&partitions)), (77, 1, vec![]));
         session.answered(Some(ErrorCode::None), 77);
-        let (_, epoch, partitions, forgotten) = session.next(&reads(&[(0, 5), (2, 0)]));
+        let (_, epoch, partitions, forgotten) = session.next_all(&reads(&[(0, 5), (2, 0)]));
         assert_eq!((epoch, listed(&partitions), forgotten), (2, vec![(0, 5)], vec![1]));
         session.answered(Some(ErrorCode::None), 77);
-        let (_, epoch, partitions, forgotten) = session.next(&reads(&[(0, 5), (2, 0)]));
+        let (_, epoch, partitions, forgotten) = session.next_all(&reads(&[(0, 5), (2, 0)]));
         assert_eq!((epoch, listed(&partitions), forgotten), (3, vec![], vec![]));
+        session.answered(Some(ErrorCode::None), 77);
+        // Only the positions said to have moved are compared.
+        let (_, _, partitions, _) = session.next(&reads(&[(0, 5), (2, 8)]), Some(&[1]));
+        assert_eq!(listed(&partitions), vec![(2, 8)]);
     }
 
     #[test]
     fn a_refused_or_unkept_session_starts_over_in_full() {
         let mut session = FetchSession::default();
-        session.next(&reads(&[(0, 0)]));
+        session.next_all(&reads(&[(0, 0)]));
         session.answered(Some(ErrorCode::None), 9);
-        session.next(&reads(&[(0, 3)]));
+        session.next_all(&reads(&[(0, 3)]));
         session.answered(Some(ErrorCode::FetchSessionIdNotFound), 0);
-        let (id, epoch, partitions, _) = session.next(&reads(&[(0, 3)]));
+        let (id, epoch, partitions, _) = session.next_all(&reads(&[(0, 3)]));
         assert_eq!((id, epoch, listed(&partitions)), (0, 0, vec![(0, 3)]));
         // A broker without sessions answers id 0: every request stays full.
         session.answered(Some(ErrorCode::None), 0);
-        let (id, epoch, partitions, _) = session.next(&reads(&[(0, 3)]));
+        let (id, epoch, partitions, _) = session.next_all(&reads(&[(0, 3)]));
         assert_eq!((id, epoch, listed(&partitions)), (0, 0, vec![(0, 3)]));
     }
 }
