@@ -171,6 +171,40 @@ fn metadata_lists_one_node_per_core_and_a_live_controller() {
 }
 
 #[test]
+fn requests_queued_behind_a_bad_one_do_not_hold_up_shutdown() {
+    use std::io::Write;
+    let mut broker = Broker::start(1, &[]);
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", broker.port)).unwrap();
+    // v0 request headers with no body: an unknown API (the broker closes
+    // the connection), then 30 ApiVersions v0 read behind it.
+    let frame = |api_key: i16, correlation_id: i32| {
+        let mut header = Vec::new();
+        header.extend_from_slice(&api_key.to_be_bytes());
+        header.extend_from_slice(&0i16.to_be_bytes());
+        header.extend_from_slice(&correlation_id.to_be_bytes());
+        header.extend_from_slice(&(-1i16).to_be_bytes());
+        let mut frame = (header.len() as i32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&header);
+        frame
+    };
+    let mut data = frame(999, 1);
+    for i in 0..30 {
+        data.extend(frame(ApiKey::ApiVersions as i16, 2 + i));
+    }
+    conn.write_all(&data).unwrap();
+    let mut answer = Vec::new();
+    conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    conn.read_to_end(&mut answer).unwrap();
+    assert!(answer.is_empty(), "the bad request closes the connection before any answer");
+    // The client keeps its end open: the broker's reader still waits on it.
+    let started = Instant::now();
+    assert_eq!(broker.stop(), 0);
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(1500), "shutdown waited {took:?} for requests that will never be answered");
+    drop(conn);
+}
+
+#[test]
 fn restart_keeps_every_acknowledged_record() {
     let mut broker = Broker::start(2, &[]);
     create_topic(&broker, "durable", 4, &[]);

@@ -34,9 +34,8 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, _slot: super::limits::Co
     // this function returns, and `socket` is used only inside it.
     let socket = unsafe { BorrowedFd::borrow_raw(stream.as_raw_fd()) };
     let (mut reader, mut writer) = futures_lite::io::split(stream);
-    type InFlight = (glommio::Task<handlers::Outcome>, glommio::sync::StaticPermit);
+    type InFlight = (glommio::Task<handlers::Outcome>, (glommio::sync::StaticPermit, InFlightCount));
     let (queue, responses) = local_channel::new_bounded::<InFlight>(CONNECTION_IN_FLIGHT_MAX);
-    let writer_shard = shard.clone();
     let writer_task = glommio::spawn_local(async move {
         while let Some((task, permit)) = responses.recv().await {
             let response = task.await;
@@ -48,12 +47,15 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, _slot: super::limits::Co
                     Err(std::io::Error::other(reason))
                 }
             };
-            writer_shard.in_flight_requests.set(writer_shard.in_flight_requests.get() - 1);
             drop(permit);
             if result.is_err() {
                 break;
             }
         }
+        // Requests read behind the one that ended the connection go now
+        // (their tasks cancelled), not when the reader, waiting for its next
+        // frame, drops the channel: until then they counted as in flight.
+        while let Some(Some(_)) = futures_lite::future::poll_once(responses.recv()).await {}
         let _ = writer.close().await;
     });
     loop {
@@ -68,16 +70,35 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, _slot: super::limits::Co
                 break;
             }
         };
-        shard.in_flight_requests.set(shard.in_flight_requests.get() + 1);
+        let counted = InFlightCount::new(&shard);
         let task_shard = shard.clone();
         let task_peer = peer.clone();
         let task = glommio::spawn_local(async move { handlers::handle(&task_shard, frame, &task_peer).await });
-        if queue.send((task, permit)).await.is_err() {
+        if queue.send((task, (permit, counted))).await.is_err() {
             break;
         }
     }
     drop(queue);
     writer_task.await;
+}
+
+/// One request counted in the core's `in_flight_requests` (which shutdown
+/// waits on) from its read until its response is written or dropped. A
+/// connection closed after a bad request used to leave the requests queued
+/// behind it counted, and shutdown waited out its 2 s bound.
+struct InFlightCount(Rc<Shard>);
+
+impl InFlightCount {
+    fn new(shard: &Rc<Shard>) -> Self {
+        shard.in_flight_requests.set(shard.in_flight_requests.get() + 1);
+        Self(shard.clone())
+    }
+}
+
+impl Drop for InFlightCount {
+    fn drop(&mut self) {
+        self.0.in_flight_requests.set(self.0.in_flight_requests.get() - 1);
+    }
 }
 
 /// Reads one frame; `Ok(None)` on a clean end of stream. Waits up to the
