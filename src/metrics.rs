@@ -122,9 +122,23 @@ pub struct CoreCounters {
     pub task_delay: Histogram,
     /// Group generations completed by this core's coordinator.
     pub rebalances: u64,
-    /// Fetch requests by how they used fetch sessions: sessionless, full
-    /// (opening a session), incremental.
-    pub fetch_contexts: [u64; 3],
+    pub fetches: FetchKinds,
+}
+
+/// Fetch requests by how they used fetch sessions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FetchKinds {
+    pub sessionless: u64,
+    /// Full requests that open a session.
+    pub full: u64,
+    pub incremental: u64,
+}
+
+/// A core's fetch sessions, and the partitions they cache.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FetchSessionsSnapshot {
+    pub sessions: usize,
+    pub partitions: usize,
 }
 
 impl Default for CoreCounters {
@@ -140,7 +154,7 @@ impl Default for CoreCounters {
             fsync: Histogram::default(),
             task_delay: Histogram::default(),
             rebalances: 0,
-            fetch_contexts: [0; 3],
+            fetches: FetchKinds::default(),
         }
     }
 }
@@ -263,12 +277,11 @@ pub fn record_fsync(elapsed: Duration) {
 }
 
 pub fn record_fetch_context(context: &FetchContext) {
-    let slot = match context {
-        FetchContext::Sessionless => 0,
-        FetchContext::Full { .. } => 1,
-        FetchContext::Incremental { .. } => 2,
-    };
-    with(|c| c.fetch_contexts[slot] += 1);
+    with(|c| match context {
+        FetchContext::Sessionless => c.fetches.sessionless += 1,
+        FetchContext::Full { .. } => c.fetches.full += 1,
+        FetchContext::Incremental { .. } => c.fetches.incremental += 1,
+    });
 }
 
 pub fn record_rebalance() {
@@ -358,8 +371,7 @@ pub struct CoreSnapshot {
     pub in_flight_request_bytes: u64,
     pub inbox_depth: usize,
     pub groups: GroupsSnapshot,
-    /// Open fetch sessions, and the partitions they cache.
-    pub fetch_sessions: (usize, usize),
+    pub fetch_sessions: FetchSessionsSnapshot,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -433,7 +445,7 @@ pub fn snapshot(shard: &Shard) -> CoreSnapshot {
         groups: shard.group_service().map(|service| service.snapshot()).unwrap_or_default(),
         fetch_sessions: {
             let sessions = shard.fetch_sessions.borrow();
-            (sessions.len(), sessions.partitions())
+            FetchSessionsSnapshot { sessions: sessions.len(), partitions: sessions.partitions() }
         },
     }
 }
@@ -653,18 +665,17 @@ impl Exposition {
             out,
             "shardlog_fetch_sessions",
             "Open fetch sessions (KIP-227), by core.",
-            self.per_core(|s| s.fetch_sessions.0 as i64),
+            self.per_core(|s| s.fetch_sessions.sessions as i64),
         )?;
         gauge(
             out,
             "shardlog_fetch_session_partitions",
             "Partitions cached by the fetch sessions, by core.",
-            self.per_core(|s| s.fetch_sessions.1 as i64),
+            self.per_core(|s| s.fetch_sessions.partitions as i64),
         )?;
         let contexts = self.snapshots.iter().flat_map(|s| {
-            ["sessionless", "full", "incremental"]
-                .into_iter()
-                .zip(s.counters.fetch_contexts)
+            let kinds = s.counters.fetches;
+            [("sessionless", kinds.sessionless), ("full", kinds.full), ("incremental", kinds.incremental)]
                 .map(|(kind, count)| (vec![("core", s.core.to_string()), ("kind", kind.to_string())], count))
         });
         counter(
@@ -1032,7 +1043,7 @@ mod tests {
             in_flight_request_bytes: 0,
             inbox_depth: 0,
             groups: GroupsSnapshot::default(),
-            fetch_sessions: (0, 0),
+            fetch_sessions: FetchSessionsSnapshot::default(),
         }
     }
 

@@ -430,19 +430,7 @@ fn an_incremental_fetch_long_polls_for_new_records_and_reports_a_moved_log_start
     assert_eq!(answered(&caught_up), vec![]);
     // DeleteRecords moves partition 1's log start up to the client's
     // offset: no records, the same high watermark, and still news.
-    let request = shardlog::protocol::delete_records::DeleteRecordsRequest {
-        topics: vec![shardlog::protocol::delete_records::DeleteRecordsTopic {
-            name: "session-poll".into(),
-            partitions: vec![shardlog::protocol::delete_records::DeleteRecordsPartition {
-                partition_index: 1,
-                offset: 5,
-            }],
-        }],
-        timeout_ms: 1000,
-    };
-    let mut admin = broker.connect();
-    let reader = admin.request(ApiKey::DeleteRecords, 1, |w| request.encode(w, 1)).unwrap();
-    shardlog::client::decode(reader, 1, shardlog::protocol::delete_records::DeleteRecordsResponse::decode).unwrap();
+    assert_eq!(delete_records(&mut broker.connect(), "session-poll", 1, 5), 5);
     let moved = session_fetch(&mut conn, (id, 3), "session-poll", &[], &[], 0);
     let partitions: Vec<_> = moved.topics.iter().flat_map(|t| &t.partitions).collect();
     assert_eq!(partitions.len(), 1, "{moved:?}");
@@ -499,22 +487,26 @@ fn list_offsets_earliest_latest_and_by_time_and_delete_records() {
     assert_eq!(list(base + 3001).offset, 7);
     assert_eq!(list(base + 99_000).offset, -1);
     let mut conn = broker.connect();
-    let request = shardlog::protocol::delete_records::DeleteRecordsRequest {
-        topics: vec![shardlog::protocol::delete_records::DeleteRecordsTopic {
-            name: "times".into(),
-            partitions: vec![shardlog::protocol::delete_records::DeleteRecordsPartition {
-                partition_index: 0,
-                offset: 5,
-            }],
+    assert_eq!(delete_records(&mut conn, "times", 0, 5), 5);
+    let response = fetch(&mut conn, "times", 0, 0, 0, 1);
+    assert_eq!(response.topics[0].partitions[0].error, ErrorCode::OffsetOutOfRange);
+}
+
+/// DeleteRecords v1 up to `offset` on one partition; the new low watermark.
+fn delete_records(conn: &mut shardlog::client::Connection, topic: &str, partition: i32, offset: i64) -> i64 {
+    use shardlog::protocol::delete_records::{
+        DeleteRecordsPartition, DeleteRecordsRequest, DeleteRecordsResponse, DeleteRecordsTopic,
+    };
+    let request = DeleteRecordsRequest {
+        topics: vec![DeleteRecordsTopic {
+            name: topic.into(),
+            partitions: vec![DeleteRecordsPartition { partition_index: partition, offset }],
         }],
         timeout_ms: 1000,
     };
     let reader = conn.request(ApiKey::DeleteRecords, 1, |w| request.encode(w, 1)).unwrap();
-    let answer =
-        shardlog::client::decode(reader, 1, shardlog::protocol::delete_records::DeleteRecordsResponse::decode).unwrap();
-    assert_eq!(answer.topics[0].partitions[0].low_watermark, 5);
-    let response = fetch(&mut conn, "times", 0, 0, 0, 1);
-    assert_eq!(response.topics[0].partitions[0].error, ErrorCode::OffsetOutOfRange);
+    let answer = shardlog::client::decode(reader, 1, DeleteRecordsResponse::decode).unwrap();
+    answer.topics[0].partitions[0].low_watermark
 }
 
 fn init_producer_id(conn: &mut shardlog::client::Connection) -> i64 {

@@ -36,6 +36,16 @@ use crate::constants::{
 use crate::protocol::fetch::{FetchPartition, FetchPartitionResponse};
 use crate::protocol::ErrorCode;
 
+/// The session fields of a Fetch request.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionRef {
+    pub id: i32,
+    pub epoch: i32,
+}
+
+pub const INITIAL_EPOCH: i32 = 0;
+pub const FINAL_EPOCH: i32 = -1;
+
 /// One partition a Fetch reads: its topic and the client's request for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Wanted {
@@ -329,16 +339,6 @@ impl FetchSessions {
         }
     }
 }
-
-/// The session fields of a Fetch request.
-#[derive(Debug, Clone, Copy)]
-pub struct SessionRef {
-    pub id: i32,
-    pub epoch: i32,
-}
-
-pub const INITIAL_EPOCH: i32 = 0;
-pub const FINAL_EPOCH: i32 = -1;
 
 /// Kafka's `FetchMetadata.nextEpoch`: after i32::MAX comes 1 (0 means "new").
 fn next_epoch(epoch: i32) -> i32 {
