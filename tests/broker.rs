@@ -458,6 +458,38 @@ fn fetch_long_poll_returns_as_soon_as_data_arrives() {
 }
 
 #[test]
+fn a_sessionless_long_poll_over_many_partitions_answers_all_of_them_when_one_gets_data() {
+    let broker = Broker::start(1, &[]);
+    create_topic(&broker, "poll-many", 50, &[]);
+    let mut conn = broker.connect();
+    produce(&mut conn, "poll-many", 7, batch("early", 2), 1);
+    let port = broker.port;
+    let producer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        let mut conn = shardlog::client::Connection::connect(("127.0.0.1", port), Duration::from_secs(5)).unwrap();
+        produce(&mut conn, "poll-many", 31, batch("late", 3), 1);
+    });
+    // Every partition from its end (7 at 2), so only the late batch is new.
+    let all: Vec<(i32, i64)> = (0..50).map(|p| (p, if p == 7 { 2 } else { 0 })).collect();
+    let started = Instant::now();
+    let response = session_fetch(&mut conn, (0, -1), "poll-many", &all, &[], 10_000);
+    let waited = started.elapsed();
+    producer.join().unwrap();
+    assert!(waited >= Duration::from_millis(250) && waited < Duration::from_secs(5), "waited {waited:?}");
+    assert_eq!(response.session_id, 0);
+    let got = answered(&response);
+    assert_eq!(got.len(), 50, "a sessionless answer lists every partition");
+    for (index, batches, high_watermark) in got {
+        let expected = match index {
+            31 => (1, 3),
+            7 => (0, 2),
+            _ => (0, 0),
+        };
+        assert_eq!((batches, high_watermark), expected, "partition {index}");
+    }
+}
+
+#[test]
 fn list_offsets_earliest_latest_and_by_time_and_delete_records() {
     let broker = Broker::start(1, &[]);
     create_topic(&broker, "times", 1, &[]);
