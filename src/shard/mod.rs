@@ -10,6 +10,7 @@ mod events;
 pub mod fetch_sessions;
 pub mod groups;
 pub mod partition;
+mod table;
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -127,7 +128,7 @@ pub struct Shard {
     pub id: ShardId,
     pub config: Arc<ServeConfig>,
     image: RefCell<Arc<MetadataImage>>,
-    partitions: RefCell<hashbrown::HashMap<(String, i32), Rc<Partition>>>,
+    partitions: RefCell<table::PartitionTable>,
     inboxes: Vec<flume::Sender<ShardMessage>>,
     /// Notified whenever new data becomes readable on this core (long polls).
     pub data_event: Event,
@@ -168,7 +169,7 @@ impl Shard {
             id,
             config,
             image: RefCell::new(image),
-            partitions: RefCell::new(hashbrown::HashMap::new()),
+            partitions: RefCell::new(table::PartitionTable::default()),
             inboxes,
             data_event: Event::new(),
             controller_lock: Semaphore::new(1),
@@ -203,7 +204,7 @@ impl Shard {
     }
 
     pub fn local_partition(&self, topic: &str, partition: i32) -> Option<Rc<Partition>> {
-        self.partitions.borrow().get(&PartitionKeyRef(topic, partition)).cloned()
+        self.partitions.borrow().get(topic, partition).cloned()
     }
 
     pub fn local_partition_count(&self) -> usize {
@@ -237,10 +238,15 @@ impl Shard {
                 }
             }
         }
-        let gone: Vec<(String, i32)> =
-            self.partitions.borrow().keys().filter(|k| !wanted.contains_key(*k)).cloned().collect();
+        let gone: Vec<(String, i32)> = self
+            .partitions
+            .borrow()
+            .values()
+            .map(|p| (p.topic.clone(), p.index))
+            .filter(|key| !wanted.contains_key(key))
+            .collect();
         for key in gone {
-            let removed = self.partitions.borrow_mut().remove(&key);
+            let removed = self.partitions.borrow_mut().remove(&key.0, key.1);
             if let Some(partition) = removed {
                 let log = &partition.log;
                 let closed = log.close().await;
@@ -270,7 +276,7 @@ impl Shard {
         futures::pin_mut!(opening);
         while let Some(opened) = opening.next().await {
             let partition = opened?;
-            self.partitions.borrow_mut().insert((partition.topic.clone(), partition.index), partition);
+            self.partitions.borrow_mut().insert(partition);
         }
         Ok(())
     }
@@ -363,19 +369,47 @@ impl Shard {
         inbox.send_async(message).await.map_err(|_| ())
     }
 
-    /// A fetch of a partition this core owns, answered without waiting when
-    /// the log can (nothing new, or batches in its tail cache); None when it
-    /// needs the disk or another core. Most fetches of a consumer that keeps
-    /// up touch many partitions with nothing new: this spares each of them
-    /// a future, a routing step and a cross-core hop.
-    pub fn fetch_now(&self, topic: &str, index: i32, offset: i64, max_bytes: usize) -> Option<FetchPartitionResponse> {
-        if self.image().partition(topic, index)?.shard != self.id {
-            return None;
+    /// For each of `reads`: its answer when this core owns the partition
+    /// and the log can answer without waiting (nothing new, or batches in
+    /// its tail cache; at most `max_bytes(read)`), None when it needs the
+    /// disk, another core or is unknown; and whether another core owns it.
+    /// Most fetches of a consumer that keeps up touch many partitions with
+    /// nothing new: this spares each of them a future, a routing step and a
+    /// cross-core hop. The topic is looked up once for each run of reads of
+    /// the same topic.
+    pub fn fetch_now_each(
+        &self,
+        reads: &[fetch_sessions::Read],
+        max_bytes: impl Fn(&fetch_sessions::Read) -> usize,
+    ) -> Vec<(Option<FetchPartitionResponse>, bool)> {
+        let image = self.image();
+        let table = self.partitions.borrow();
+        type Run<'a> = (&'a Rc<str>, Option<&'a metadata::TopicInfo>, Option<&'a [Option<Rc<Partition>>]>);
+        let mut run: Option<Run> = None;
+        let mut out = Vec::with_capacity(reads.len());
+        for read in reads {
+            let name = &read.wanted.topic;
+            let (info, local) = match run {
+                Some((last, info, local)) if Rc::ptr_eq(last, name) || **last == **name => (info, local),
+                _ => {
+                    let found = (image.topic(name), table.topic(name));
+                    run = Some((name, found.0, found.1));
+                    found
+                }
+            };
+            let slot = usize::try_from(read.wanted.partition.index).ok();
+            let owner = slot.and_then(|at| info?.partitions.get(at)).map(|p| p.shard);
+            let remote = owner.is_some_and(|owner| owner != self.id);
+            let partition = slot.and_then(|at| local?.get(at)?.as_ref()).filter(|_| owner == Some(self.id));
+            let answer = partition.and_then(|partition| {
+                let read_now = partition.log.read_now(read.wanted.partition.fetch_offset, max_bytes(read))?;
+                let answer = fetch_answer(partition, read_now);
+                crate::metrics::record_error(crate::protocol::ApiKey::Fetch, answer.error);
+                Some(answer)
+            });
+            out.push((answer, remote));
         }
-        let partition = self.local_partition(topic, index)?;
-        let answer = fetch_answer(&partition, partition.log.read_now(offset, max_bytes)?);
-        crate::metrics::record_error(crate::protocol::ApiKey::Fetch, answer.error);
-        Some(answer)
+        out
     }
 
     /// Runs a partition operation on this core (the owner).
@@ -887,9 +921,9 @@ impl Shard {
                     return;
                 }
                 tracing::warn!(topic = %key.0, partition = key.1, truncated_bytes = report.truncated_bytes, "reopened a failed log");
-                let still_same = self.partitions.borrow().get(&key).is_some_and(|p| Rc::ptr_eq(p, failed));
+                let still_same = self.partitions.borrow().get(&key.0, key.1).is_some_and(|p| Rc::ptr_eq(p, failed));
                 if still_same {
-                    self.partitions.borrow_mut().insert(key, partition);
+                    self.partitions.borrow_mut().insert(partition);
                 }
             }
             Err(err) => {
@@ -1029,17 +1063,6 @@ fn error_reply(op: &PartitionOp, index: i32, code: ErrorCode) -> PartitionReply 
         PartitionOp::OffsetForLeaderEpoch { .. } => {
             PartitionReply::OffsetForLeaderEpoch { leader_epoch: -1, end_offset: -1, error: code }
         }
-    }
-}
-
-/// A `(topic, partition)` key of the partitions map, looked up without
-/// allocating a `String` (a fetch of 10,000 partitions looks up each one).
-#[derive(Hash)]
-struct PartitionKeyRef<'a>(&'a str, i32);
-
-impl hashbrown::Equivalent<(String, i32)> for PartitionKeyRef<'_> {
-    fn equivalent(&self, key: &(String, i32)) -> bool {
-        self.1 == key.1 && self.0 == key.0
     }
 }
 

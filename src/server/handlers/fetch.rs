@@ -174,26 +174,26 @@ async fn read_once(shard: &Rc<Shard>, reads: &[Read], max_bytes: i32) -> Vec<Ans
     // would otherwise have the disk read 400 MiB to send 64 (the log still
     // returns at least one whole batch, so every partition progresses).
     let share = (max_bytes.max(0) as usize / reads.len().max(1)).max(1);
-    let image = shard.image();
+    let max_bytes_of = |read: &Read| (read.wanted.partition.partition_max_bytes.max(0) as usize).min(share);
     // Partitions this core can answer at once are answered in place; the
     // rest (disk reads, other cores) run concurrently.
+    let now = shard.fetch_now_each(reads, max_bytes_of);
     let mut answers: Vec<Option<FetchPartitionResponse>> = Vec::with_capacity(reads.len());
     let mut remote = Vec::with_capacity(reads.len());
     let mut pending = Vec::new();
-    for read in reads {
-        let (topic, p) = (&read.wanted.topic, read.wanted.partition);
-        remote.push(image.partition(topic, p.index).is_some_and(|info| info.shard != shard.id));
-        let partition_max_bytes = (p.partition_max_bytes.max(0) as usize).min(share);
-        if let Some(answer) = shard.fetch_now(topic, p.index, p.fetch_offset, partition_max_bytes) {
-            answers.push(Some(answer));
+    for (read, (answer, is_remote)) in reads.iter().zip(now) {
+        remote.push(is_remote);
+        if answer.is_some() {
+            answers.push(answer);
             continue;
         }
         let slot = answers.len();
         answers.push(None);
         let shard = shard.clone();
-        let topic = topic.clone();
+        let topic = read.wanted.topic.clone();
+        let p = read.wanted.partition;
+        let op = PartitionOp::Fetch { offset: p.fetch_offset, max_bytes: max_bytes_of(read) };
         pending.push(async move {
-            let op = PartitionOp::Fetch { offset: p.fetch_offset, max_bytes: partition_max_bytes };
             let answer = match shard.partition_op(&topic, p.index, op).await {
                 PartitionReply::Fetch(answer) => answer,
                 _ => FetchPartitionResponse::error(p.index, ErrorCode::UnknownServerError),
@@ -201,7 +201,6 @@ async fn read_once(shard: &Rc<Shard>, reads: &[Read], max_bytes: i32) -> Vec<Ans
             (slot, answer)
         });
     }
-    drop(image);
     for (slot, answer) in join_all(pending).await {
         answers[slot] = Some(answer);
     }
