@@ -386,7 +386,7 @@ impl Shard {
         let table = self.partitions.borrow();
         type Run<'a> = (&'a Rc<str>, Option<&'a metadata::TopicInfo>, Option<&'a [Option<Rc<Partition>>]>);
         let mut run: Option<Run> = None;
-        let mut out = Vec::with_capacity(reads.len());
+        let mut found: Vec<(Option<&Rc<Partition>>, bool)> = Vec::with_capacity(reads.len());
         for read in reads {
             let name = &read.wanted.topic;
             let (info, local) = match run {
@@ -401,15 +401,29 @@ impl Shard {
             let owner = slot.and_then(|at| info?.partitions.get(at)).map(|p| p.shard);
             let remote = owner.is_some_and(|owner| owner != self.id);
             let partition = slot.and_then(|at| local?.get(at)?.as_ref()).filter(|_| owner == Some(self.id));
-            let answer = partition.and_then(|partition| {
-                let read_now = partition.log.read_now(read.wanted.partition.fetch_offset, max_bytes(read))?;
-                let answer = fetch_answer(partition, read_now);
-                crate::metrics::record_error(crate::protocol::ApiKey::Fetch, answer.error);
-                Some(answer)
-            });
-            out.push((answer, remote));
+            found.push((partition, remote));
         }
-        out
+        // Each partition's log state is a cache miss: touched first in a
+        // loop of independent loads, the misses overlap instead of coming
+        // one at a time inside each read.
+        for (partition, _) in &found {
+            if let Some(partition) = partition {
+                std::hint::black_box(partition.log.high_watermark());
+            }
+        }
+        reads
+            .iter()
+            .zip(found)
+            .map(|(read, (partition, remote))| {
+                let answer = partition.and_then(|partition| {
+                    let read_now = partition.log.read_now(read.wanted.partition.fetch_offset, max_bytes(read))?;
+                    let answer = fetch_answer(partition, read_now);
+                    crate::metrics::record_error(crate::protocol::ApiKey::Fetch, answer.error);
+                    Some(answer)
+                });
+                (answer, remote)
+            })
+            .collect()
     }
 
     /// Runs a partition operation on this core (the owner).
