@@ -420,7 +420,7 @@ pub fn snapshot(shard: &Shard) -> CoreSnapshot {
         .map(|partition| {
             let log = &partition.log;
             PartitionSnapshot {
-                topic: partition.topic.clone(),
+                topic: partition.topic.to_string(),
                 partition: partition.index,
                 log_start_offset: log.log_start_offset(),
                 log_end_offset: log.log_end_offset(),

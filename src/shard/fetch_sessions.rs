@@ -35,6 +35,7 @@ use crate::constants::{
 };
 use crate::protocol::fetch::{FetchPartition, FetchPartitionResponse};
 use crate::protocol::ErrorCode;
+use crate::shard::ShardId;
 
 /// The session fields of a Fetch request.
 #[derive(Debug, Clone, Copy)]
@@ -61,11 +62,11 @@ pub struct Read {
     pub wanted: Wanted,
 }
 
-/// A read's answer and whether another core owns the partition.
+/// A read's answer, and the other core that owns the partition, if one does.
 #[derive(Debug)]
 pub struct Answer {
     pub response: FetchPartitionResponse,
-    pub remote: bool,
+    pub remote: Option<ShardId>,
 }
 
 /// How a Fetch request relates to the sessions, decided before it reads.
@@ -270,7 +271,8 @@ impl FetchSessions {
                 cached.remember(&answer);
                 out.push((index, answer.response));
             } else {
-                cached.always = answer.remote || read.wanted.partition.fetch_offset < answer.response.high_watermark;
+                cached.always =
+                    answer.remote.is_some() || read.wanted.partition.fetch_offset < answer.response.high_watermark;
             }
         }
         out
@@ -365,8 +367,9 @@ impl Cached {
     fn remember(&mut self, answer: &Answer) {
         let response = &answer.response;
         self.sent = if response.error.is_ok() { Sent::of(response) } else { NOT_SENT };
-        self.always =
-            answer.remote || !response.error.is_ok() || self.wanted.partition.fetch_offset < response.high_watermark;
+        self.always = answer.remote.is_some()
+            || !response.error.is_ok()
+            || self.wanted.partition.fetch_offset < response.high_watermark;
     }
 }
 
@@ -467,11 +470,11 @@ mod tests {
             log_start_offset: 0,
             records: (0..records).map(|_| bytes::Bytes::from_static(b"batch")).collect(),
         };
-        Answer { response, remote: false }
+        Answer { response, remote: None }
     }
 
     fn failed(index: i32) -> Answer {
-        Answer { response: FetchPartitionResponse::error(index, ErrorCode::NotLeaderOrFollower), remote: false }
+        Answer { response: FetchPartitionResponse::error(index, ErrorCode::NotLeaderOrFollower), remote: None }
     }
 
     /// Session `id` at `epoch`: (topic, partition) of each read.
@@ -562,7 +565,7 @@ mod tests {
         let mut sessions = FetchSessions::default();
         let id = open_two(&mut sessions, Instant::now());
         let reads = step(&mut sessions, id, 1, vec![wanted("t", 1, 0)], &[]);
-        let remote = Answer { remote: true, ..answer(1, 0, 0) };
+        let remote = Answer { remote: Some(ShardId(1)), ..answer(1, 0, 0) };
         assert!(sessions.news(id, &reads, vec![remote]).is_empty());
         assert_eq!(names(&step(&mut sessions, id, 2, Vec::new(), &[])), vec![("t".into(), 1, 0)]);
     }

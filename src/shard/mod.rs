@@ -242,7 +242,7 @@ impl Shard {
             .partitions
             .borrow()
             .values()
-            .map(|p| (p.topic.clone(), p.index))
+            .map(|p| (p.topic.to_string(), p.index))
             .filter(|key| !wanted.contains_key(key))
             .collect();
         for key in gone {
@@ -313,7 +313,7 @@ impl Shard {
     /// Tells long polls and fetch sessions that `partition` has something
     /// new to read: records, a high watermark, a log start offset.
     fn readable_changed(&self, partition: &Partition) {
-        self.fetch_sessions.borrow_mut().note_change(&partition.topic_key, partition.index);
+        self.fetch_sessions.borrow_mut().note_change(&partition.topic, partition.index);
         self.data_event.notify(usize::MAX);
     }
 
@@ -372,7 +372,7 @@ impl Shard {
     /// For each of `reads`: its answer when this core owns the partition
     /// and the log can answer without waiting (nothing new, or batches in
     /// its tail cache; at most `max_bytes(read)`), None when it needs the
-    /// disk, another core or is unknown; and whether another core owns it.
+    /// disk, another core or is unknown; and the other core that owns it.
     /// Most fetches of a consumer that keeps up touch many partitions with
     /// nothing new: this spares each of them a future, a routing step and a
     /// cross-core hop. The topic is looked up once for each run of reads of
@@ -381,12 +381,12 @@ impl Shard {
         &self,
         reads: &[fetch_sessions::Read],
         max_bytes: impl Fn(&fetch_sessions::Read) -> usize,
-    ) -> Vec<(Option<FetchPartitionResponse>, bool)> {
+    ) -> Vec<(Option<FetchPartitionResponse>, Option<ShardId>)> {
         let image = self.image();
         let table = self.partitions.borrow();
         type Run<'a> = (&'a Rc<str>, Option<&'a metadata::TopicInfo>, Option<&'a [Option<Rc<Partition>>]>);
         let mut run: Option<Run> = None;
-        let mut found: Vec<(Option<&Rc<Partition>>, bool)> = Vec::with_capacity(reads.len());
+        let mut found: Vec<(Option<&Rc<Partition>>, Option<ShardId>)> = Vec::with_capacity(reads.len());
         for read in reads {
             let name = &read.wanted.topic;
             let (info, local) = match run {
@@ -399,7 +399,7 @@ impl Shard {
             };
             let slot = usize::try_from(read.wanted.partition.index).ok();
             let owner = slot.and_then(|at| info?.partitions.get(at)).map(|p| p.shard);
-            let remote = owner.is_some_and(|owner| owner != self.id);
+            let remote = owner.filter(|owner| *owner != self.id);
             let partition = slot.and_then(|at| local?.get(at)?.as_ref()).filter(|_| owner == Some(self.id));
             found.push((partition, remote));
         }
@@ -925,7 +925,7 @@ impl Shard {
     /// Replaces a failed log by reopening it from disk (recovery keeps what
     /// was durably written; the failed appends were never acknowledged).
     async fn reopen(&self, failed: &Rc<Partition>) {
-        let key = (failed.topic.clone(), failed.index);
+        let key = (failed.topic.to_string(), failed.index);
         let config = failed.log.config();
         match Log::open(failed.log.dir().to_path_buf(), config).await {
             Ok((log, report)) => {

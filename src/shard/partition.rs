@@ -29,9 +29,8 @@ use crate::protocol::record_batch::BatchHeader;
 use crate::protocol::ErrorCode;
 
 pub struct Partition {
-    pub topic: String,
-    /// The topic's name as the fetch sessions' keys hold it.
-    pub topic_key: Rc<str>,
+    /// Shared with the fetch sessions' keys and change log.
+    pub topic: Rc<str>,
     pub index: i32,
     pub log: Log,
     producers: RefCell<HashMap<i64, ProducerEntry>>,
@@ -67,8 +66,7 @@ pub enum SequenceCheck {
 impl Partition {
     pub fn new(topic: String, index: i32, log: Log) -> Self {
         Self {
-            topic_key: topic.as_str().into(),
-            topic,
+            topic: topic.into(),
             index,
             log,
             producers: RefCell::new(HashMap::new()),

@@ -34,7 +34,7 @@ impl PartitionTable {
     /// Puts `partition` in its place; returns the one it replaced.
     pub fn insert(&mut self, partition: Rc<Partition>) -> Option<Rc<Partition>> {
         let index = usize::try_from(partition.index).expect("partition numbers from the metadata are not negative");
-        let slots = self.topics.entry(partition.topic.clone()).or_default();
+        let slots = self.topics.entry(partition.topic.to_string()).or_default();
         if slots.len() <= index {
             slots.resize(index + 1, None);
         }

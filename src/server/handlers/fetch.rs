@@ -89,15 +89,6 @@ async fn read_until_ready(
 ) -> (Vec<Read>, Vec<Answer>) {
     let max_wait = Duration::from_millis(body.max_wait_ms.clamp(0, FETCH_WAIT_MS_MAX) as u64);
     let deadline = Instant::now() + max_wait;
-    let image = shard.image();
-    let mut remote_shards: Vec<ShardId> = first
-        .iter()
-        .filter_map(|r| image.partition(&r.wanted.topic, r.wanted.partition.index).map(|info| info.shard))
-        .filter(|owner| *owner != shard.id)
-        .collect();
-    drop(image);
-    remote_shards.sort_unstable();
-    remote_shards.dedup();
     let Some(id) = incremental else {
         // Every pass reads every partition; the last pass is the answer.
         loop {
@@ -108,7 +99,7 @@ async fn read_until_ready(
                 trim_to_budget(&mut answers, body.max_bytes);
                 return (first, answers);
             }
-            wait_for_data(shard, listener, &remote_shards, deadline).await;
+            wait_for_data(shard, listener, &remote_shards(&answers), deadline).await;
         }
     };
     let mut collected: BTreeMap<usize, (Read, Answer)> = BTreeMap::new();
@@ -122,16 +113,26 @@ async fn read_until_ready(
         if Instant::now() >= deadline || is_ready(body, collected.values().map(|(_, a)| a), shard) {
             break;
         }
-        wait_for_data(shard, listener, &remote_shards, deadline).await;
+        let owners = remote_shards(collected.values().map(|(_, answer)| answer));
+        wait_for_data(shard, listener, &owners, deadline).await;
         let image_version = shard.image().version;
         pass = shard.fetch_sessions.borrow_mut().changed_since_last_read(id, image_version);
-        pass.extend(collected.values().filter(|(_, a)| a.remote).map(|(read, _)| read.clone()));
+        pass.extend(collected.values().filter(|(_, a)| a.remote.is_some()).map(|(read, _)| read.clone()));
         pass.sort_unstable_by_key(|read| read.at);
         pass.dedup_by_key(|read| read.at);
     }
     let (reads, mut answers): (Vec<Read>, Vec<Answer>) = collected.into_values().unzip();
     trim_to_budget(&mut answers, body.max_bytes);
     (reads, answers)
+}
+
+/// The other cores that own some of the partitions answered (a long poll
+/// also waits for data there).
+fn remote_shards<'a>(answers: impl IntoIterator<Item = &'a Answer>) -> Vec<ShardId> {
+    let mut owners: Vec<ShardId> = answers.into_iter().filter_map(|answer| answer.remote).collect();
+    owners.sort_unstable();
+    owners.dedup();
+    owners
 }
 
 /// Whether a fetch can answer: min_bytes are there, a partition is in
