@@ -85,7 +85,7 @@ async fn fetch_loop(
             position = positions(&reads);
             moved = None;
         }
-        let (session_id, session_epoch, partitions, forgotten) = session.next(&reads, moved.as_deref());
+        let NextFetch { session_id, session_epoch, partitions, forgotten } = session.next(&reads, moved.as_deref());
         moved = Some(Vec::new());
         let request = FetchRequest {
             replica_id: -1,
@@ -173,6 +173,16 @@ async fn fetch_loop(
     }
 }
 
+/// What the next Fetch request says of its session.
+struct NextFetch {
+    session_id: i32,
+    session_epoch: i32,
+    /// Partitions new to the session or whose offset moved (all, when full).
+    partitions: Vec<FetchPartition>,
+    /// Partitions no longer read.
+    forgotten: Vec<i32>,
+}
+
 /// The client side of a fetch session (KIP-227), as Kafka's Java client
 /// keeps one per node: the first request lists every partition and opens
 /// the session; later ones list only partitions whose fetch offset moved
@@ -195,7 +205,7 @@ impl FetchSession {
     /// The next request's session id, epoch, partitions and forgotten ones;
     /// `moved` are the positions in `reads` whose offset may have changed
     /// since the last request (None: any may have, or `reads` changed).
-    fn next(&mut self, reads: &[PartitionRead], moved: Option<&[usize]>) -> (i32, i32, Vec<FetchPartition>, Vec<i32>) {
+    fn next(&mut self, reads: &[PartitionRead], moved: Option<&[usize]>) -> NextFetch {
         let full = self.epoch == 0 || self.sessionless;
         if full {
             self.offsets.clear();
@@ -235,9 +245,14 @@ impl FetchSession {
             self.dropped.extend(self.offsets.keys().filter(|index| !reading.contains(index)));
         }
         if self.sessionless {
-            return (0, -1, changed, Vec::new());
+            return NextFetch { session_id: 0, session_epoch: -1, partitions: changed, forgotten: Vec::new() };
         }
-        (self.id, self.epoch, changed, self.dropped.clone())
+        NextFetch {
+            session_id: self.id,
+            session_epoch: self.epoch,
+            partitions: changed,
+            forgotten: self.dropped.clone(),
+        }
     }
 
     fn answered(&mut self, error: Option<ErrorCode>, session_id: i32) {
@@ -347,7 +362,7 @@ mod tests {
     }
 
     impl FetchSession {
-        fn next_all(&mut self, reads: &[PartitionRead]) -> (i32, i32, Vec<FetchPartition>, Vec<i32>) {
+        fn next_all(&mut self, reads: &[PartitionRead]) -> NextFetch {
             self.next(reads, None)
         }
     }
@@ -359,20 +374,22 @@ mod tests {
     #[test]
     fn a_session_sends_everything_once_then_only_moved_and_dropped_partitions() {
         let mut session = FetchSession::default();
-        let (id, epoch, partitions, forgotten) = session.next_all(&reads(&[(0, 0), (1, 0), (2, 0)]));
+        let NextFetch { session_id: id, session_epoch: epoch, partitions, forgotten } =
+            session.next_all(&reads(&[(0, 0), (1, 0), (2, 0)]));
         assert_eq!((id, epoch, listed(&partitions), forgotten), (0, 0, vec![(0, 0), (1, 0), (2, 0)], vec![]));
         session.answered(Some(ErrorCode::None), 77);
-        let (id, epoch, partitions, _) = session.next_all(&reads(&[(0, 0), (1, 0), (2, 0)]));
+        let NextFetch { session_id: id, session_epoch: epoch, partitions, .. } =
+            session.next_all(&reads(&[(0, 0), (1, 0), (2, 0)]));
         assert_eq!((id, epoch, listed(&partitions)), (77, 1, vec![]));
         session.answered(Some(ErrorCode::None), 77);
-        let (_, epoch, partitions, forgotten) = session.next_all(&reads(&[(0, 5), (2, 0)]));
+        let NextFetch { session_epoch: epoch, partitions, forgotten, .. } = session.next_all(&reads(&[(0, 5), (2, 0)]));
         assert_eq!((epoch, listed(&partitions), forgotten), (2, vec![(0, 5)], vec![1]));
         session.answered(Some(ErrorCode::None), 77);
-        let (_, epoch, partitions, forgotten) = session.next_all(&reads(&[(0, 5), (2, 0)]));
+        let NextFetch { session_epoch: epoch, partitions, forgotten, .. } = session.next_all(&reads(&[(0, 5), (2, 0)]));
         assert_eq!((epoch, listed(&partitions), forgotten), (3, vec![], vec![]));
         session.answered(Some(ErrorCode::None), 77);
         // Only the positions said to have moved are compared.
-        let (_, _, partitions, _) = session.next(&reads(&[(0, 5), (2, 8)]), Some(&[1]));
+        let NextFetch { partitions, .. } = session.next(&reads(&[(0, 5), (2, 8)]), Some(&[1]));
         assert_eq!(listed(&partitions), vec![(2, 8)]);
     }
 
@@ -383,11 +400,11 @@ mod tests {
         session.answered(Some(ErrorCode::None), 9);
         session.next_all(&reads(&[(0, 3)]));
         session.answered(Some(ErrorCode::FetchSessionIdNotFound), 0);
-        let (id, epoch, partitions, _) = session.next_all(&reads(&[(0, 3)]));
+        let NextFetch { session_id: id, session_epoch: epoch, partitions, .. } = session.next_all(&reads(&[(0, 3)]));
         assert_eq!((id, epoch, listed(&partitions)), (0, 0, vec![(0, 3)]));
         // A broker without sessions answers id 0: every request stays full.
         session.answered(Some(ErrorCode::None), 0);
-        let (id, epoch, partitions, _) = session.next_all(&reads(&[(0, 3)]));
+        let NextFetch { session_id: id, session_epoch: epoch, partitions, .. } = session.next_all(&reads(&[(0, 3)]));
         assert_eq!((id, epoch, listed(&partitions)), (0, 0, vec![(0, 3)]));
     }
 }
