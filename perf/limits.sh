@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What this machine can do at best, to read the broker's numbers against:
 # loopback TCP (iperf3, one stream, 1 MiB writes), sequential O_DIRECT
-# writes (fio, 1 MiB blocks, io_uring) and the fdatasync rate (fio, 4 KiB
-# writes, fdatasync after each). Writes perf/results/limits-<date>.json.
+# writes and reads (fio, 1 MiB blocks, io_uring) and the fdatasync rate
+# (fio, 4 KiB writes, fdatasync after each). Writes
+# perf/results/limits-<date>.json.
 #
 # Two sequential write figures: `fio_seq_write_O_DIRECT_1MiB_io_uring`
 # writes a 4 GiB file for the whole time, so once the file is written it
@@ -10,7 +11,9 @@
 # file once, every block allocated as it goes, which is what a log does
 # (it only ever appends to new segments). On disks where allocating writes
 # cost more (thin-provisioned virtual disks, for one) the two differ, and
-# the second is the ceiling for produce throughput.
+# the second is the ceiling for produce throughput. The read figure
+# (`fio_seq_read_O_DIRECT_1MiB_io_uring`, 16 reads in flight over the
+# written file) is the ceiling for a consumer catching up from disk.
 #
 #   perf/limits.sh [DIR]     DIR: a directory on the disk the broker writes to (default: a temp dir)
 #
@@ -37,6 +40,8 @@ fio --name=limits-new --directory="$dir" --rw=write --bs=1m --size=4g --direct=1
     --iodepth=4 --unlink=1 --output-format=json >"$tmp/new.json"
 fio --name=limits-seq --directory="$dir" --rw=write --bs=1m --size=4g --direct=1 --ioengine=io_uring \
     --iodepth=4 --time_based --runtime="$seconds" --output-format=json >"$tmp/seq.json"
+fio --name=limits-seq --directory="$dir" --rw=read --bs=1m --size=4g --direct=1 --ioengine=io_uring \
+    --iodepth=16 --time_based --runtime="$seconds" --output-format=json >"$tmp/read.json"
 fio --name=limits-sync --directory="$dir" --rw=write --bs=4k --size=256m --ioengine=sync --fdatasync=1 \
     --time_based --runtime="$seconds" --output-format=json >"$tmp/sync.json"
 
@@ -49,6 +54,7 @@ def load(name):
     except (OSError, ValueError):
         return None
 iperf, seq, new, sync = load('iperf.json'), load('seq.json'), load('new.json'), load('sync.json')
+read = load('read.json')
 def cpu_model():
     for line in open('/proc/cpuinfo'):
         if line.startswith('model name'):
@@ -59,6 +65,7 @@ if iperf and 'end' in iperf and 'sum_received' in iperf['end']:
     loopback = iperf['end']['sum_received']['bits_per_second'] / 8 / 1e6
 seq_write = seq['jobs'][0]['write']['bw_bytes'] / 1e6 if seq else None
 new_file_write = new['jobs'][0]['write']['bw_bytes'] / 1e6 if new else None
+seq_read = read['jobs'][0]['read']['bw_bytes'] / 1e6 if read else None
 sync_job = sync['jobs'][0] if sync else None
 sync_rate = sync_job['write']['iops'] if sync_job else None
 sync_lat = None
@@ -75,6 +82,7 @@ out = {
     'loopback_tcp_one_stream_1MiB_writes_MB_per_s': loopback,
     'fio_seq_write_O_DIRECT_1MiB_io_uring_MB_per_s': seq_write,
     'fio_seq_write_new_file_O_DIRECT_1MiB_io_uring_MB_per_s': new_file_write,
+    'fio_seq_read_O_DIRECT_1MiB_io_uring_MB_per_s': seq_read,
     'fio_fdatasync_4KiB_writes_per_s': sync_rate,
     'fio_fdatasync_latency': sync_lat,
 }

@@ -187,6 +187,7 @@ for r in runs:
 limit = out['limits'] or {}
 loopback = limit.get('loopback_tcp_one_stream_1MiB_writes_MB_per_s')
 new_file = limit.get('fio_seq_write_new_file_O_DIRECT_1MiB_io_uring_MB_per_s')
+disk_read = limit.get('fio_seq_read_O_DIRECT_1MiB_io_uring_MB_per_s')
 for r in runs:
     t = r.get('produce') or r.get('consume') or {}
     mb = t.get('mb_per_s')
@@ -195,6 +196,8 @@ for r in runs:
     parts = [f"{mb / loopback:.2f} x loopback iperf3 ({loopback:.0f} MB/s)"] if loopback else []
     if new_file and r.get('produce'):
         parts.append(f"{mb / new_file:.2f} x the disk's new-file writes ({new_file:.0f} MB/s)")
+    if disk_read and r.get('consume') and r['workload'].get('from') == 'beginning':
+        parts.append(f"{mb / disk_read:.2f} x the disk's O_DIRECT reads ({disk_read:.0f} MB/s)")
     print(f"{r['name']}: {mb:.0f} MB/s = " + ', '.join(parts) + f" (limits of {limit.get('date', '?')[:16]})")
 print(f'wrote {path}', file=sys.stderr)
 PY
