@@ -13,7 +13,8 @@
 # cost more (thin-provisioned virtual disks, for one) the two differ, and
 # the second is the ceiling for produce throughput. The read figure
 # (`fio_seq_read_O_DIRECT_1MiB_io_uring`, 16 reads in flight over the
-# written file) is the ceiling for a consumer catching up from disk.
+# new file, every block of it written) is the ceiling for a consumer
+# catching up from disk.
 #
 #   perf/limits.sh [DIR]     DIR: a directory on the disk the broker writes to (default: a temp dir)
 #
@@ -37,10 +38,10 @@ iperf3 -c 127.0.0.1 -p "$port" -P 1 -l 1M -t "$seconds" -J >"$tmp/iperf.json" ||
 wait "$server" 2>/dev/null || true
 
 fio --name=limits-new --directory="$dir" --rw=write --bs=1m --size=4g --direct=1 --ioengine=io_uring \
-    --iodepth=4 --unlink=1 --output-format=json >"$tmp/new.json"
+    --iodepth=4 --output-format=json >"$tmp/new.json"
 fio --name=limits-seq --directory="$dir" --rw=write --bs=1m --size=4g --direct=1 --ioengine=io_uring \
     --iodepth=4 --time_based --runtime="$seconds" --output-format=json >"$tmp/seq.json"
-fio --name=limits-seq --directory="$dir" --rw=read --bs=1m --size=4g --direct=1 --ioengine=io_uring \
+fio --name=limits-new --directory="$dir" --rw=read --bs=1m --size=4g --direct=1 --ioengine=io_uring \
     --iodepth=16 --time_based --runtime="$seconds" --output-format=json >"$tmp/read.json"
 fio --name=limits-sync --directory="$dir" --rw=write --bs=4k --size=256m --ioengine=sync --fdatasync=1 \
     --time_based --runtime="$seconds" --output-format=json >"$tmp/sync.json"
@@ -53,8 +54,7 @@ def load(name):
         return json.load(open(os.path.join(tmp, name)))
     except (OSError, ValueError):
         return None
-iperf, seq, new, sync = load('iperf.json'), load('seq.json'), load('new.json'), load('sync.json')
-read = load('read.json')
+iperf, seq, new, read, sync = (load(f'{name}.json') for name in ('iperf', 'seq', 'new', 'read', 'sync'))
 def cpu_model():
     for line in open('/proc/cpuinfo'):
         if line.startswith('model name'):

@@ -191,7 +191,7 @@ disk_read = limit.get('fio_seq_read_O_DIRECT_1MiB_io_uring_MB_per_s')
 for r in runs:
     t = r.get('produce') or r.get('consume') or {}
     mb = t.get('mb_per_s')
-    if not mb or not (loopback or new_file):
+    if not mb or not (loopback or new_file or disk_read):
         continue
     parts = [f"{mb / loopback:.2f} x loopback iperf3 ({loopback:.0f} MB/s)"] if loopback else []
     if new_file and r.get('produce'):
