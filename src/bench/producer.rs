@@ -1,9 +1,18 @@
 //! One producer client on one core. It makes messages (as fast as the
 //! in-flight limit allows, or on a fixed-rate schedule), batches them per
-//! partition up to `--batch-bytes` or `--linger-ms`, and sends each batch to
-//! its partition's leader over that node's pipelined connection. One task
-//! per connection reads the acknowledgements in order and times every
-//! message from its (intended) send time.
+//! partition up to `--batch-bytes` or `--linger-ms`, and sends the closed
+//! batches to their partitions' leaders over each node's pipelined
+//! connection. One task per connection reads the acknowledgements in order
+//! and times every message from its (intended) send time.
+//!
+//! Like the Kafka producers (the Java client's accumulator and sender,
+//! librdkafka's per-broker queue), making messages never waits for a
+//! request slot while there is room in the accumulator: closed batches
+//! queue per node, and each free slot takes every queued batch, up to
+//! `REQUEST_BYTES_MAX`, in one request. After a stall (a slow response, a
+//! descheduled core) the backlog then drains in a few large requests, as it
+//! does for real clients, instead of one batch per round trip at a pace the
+//! schedule never catches up with.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
@@ -20,7 +29,7 @@ use super::core::{Outcome, ProducerSpec, RunShared, Stats};
 use super::payload::{self, Rng, ValueHeader};
 use super::rate::Schedule;
 use super::verify::{SentStream, StreamId};
-use crate::client::pipelined::{ConnectionOptions, Nodes, PendingResponse};
+use crate::client::pipelined::{Connection, ConnectionOptions, Nodes, PendingResponse};
 use crate::client::ClientError;
 use crate::protocol::produce::{ProducePartition, ProduceRequest, ProduceResponse, ProduceTopic};
 use crate::protocol::record_batch::{BatchBuilder, ProducerFields};
@@ -35,6 +44,12 @@ const RECORD_OVERHEAD_BYTES: usize = 24;
 const PRODUCE_TIMEOUT_MS: i32 = 30_000;
 /// Fixed-rate producers sleep at least this long (timer granularity).
 const SLEEP_MIN: Duration = Duration::from_micros(50);
+/// Batches one produce request carries at most, in bytes (the Java
+/// producer's `max.request.size`); a lone larger batch still goes alone.
+const REQUEST_BYTES_MAX: usize = 1 << 20;
+/// Closed batches that may wait for a request slot, in bytes, before making
+/// messages waits too (the accumulator's bound, like `buffer.memory`).
+const QUEUED_BYTES_MAX: usize = REQUEST_BYTES_MAX;
 
 pub async fn run(spec: ProducerSpec, shared: Arc<RunShared>, stats: Stats, outcome: Outcome) -> Result<(), String> {
     let mut producer = Producer::new(spec, shared, stats, outcome);
@@ -76,6 +91,9 @@ struct Producer {
     open: HashMap<i32, OpenBatch>,
     /// Partitions in the order their open batch was started (linger order).
     lingering: VecDeque<(Instant, i32)>,
+    /// Closed batches waiting for a request slot, per leader node, in order.
+    queued: BTreeMap<i32, VecDeque<(i32, OpenBatch)>>,
+    queued_bytes: usize,
     sequences: HashMap<i32, u64>,
     schedule: Option<Schedule>,
     /// Messages still to make after the warmup (with --messages).
@@ -102,6 +120,8 @@ impl Producer {
             cursor: 0,
             open: HashMap::new(),
             lingering: VecDeque::new(),
+            queued: BTreeMap::new(),
+            queued_bytes: 0,
             sequences: HashMap::new(),
             schedule: spec.schedule,
             quota: spec.quota,
@@ -122,18 +142,31 @@ impl Producer {
             match step {
                 Step::Made => {}
                 Step::Idle(until) => {
-                    self.flush_lingering(Instant::now()).await?;
+                    self.flush_lingering(Instant::now());
+                    self.dispatch(false).await?;
                     let wake = self
                         .lingering
                         .front()
                         .map_or(until, |(opened, _)| until.min(*opened + self.shared.workload.linger));
                     let wait = wake.saturating_duration_since(Instant::now()).max(SLEEP_MIN);
-                    glommio::timer::sleep(wait).await;
+                    // Queued batches go as soon as a slot frees, messages
+                    // are made when due: whichever comes first.
+                    match self.blocked_node().await? {
+                        Some(connection) => {
+                            futures_lite::future::or(connection.wait_room(), async {
+                                glommio::timer::sleep(wait).await;
+                                Ok(())
+                            })
+                            .await?
+                        }
+                        None => glommio::timer::sleep(wait).await,
+                    }
                     continue;
                 }
                 Step::Finished => return Ok(()),
             }
-            self.flush_lingering(Instant::now()).await?;
+            self.flush_lingering(Instant::now());
+            self.dispatch(false).await?;
             glommio::yield_if_needed().await;
         }
     }
@@ -229,9 +262,9 @@ impl Producer {
             },
         );
         batch.meta.push((intended, payload_bytes));
-        // Send when another record like this one would not fit.
+        // Close when another record like this one would not fit.
         if batch.records.len() + record_bytes > batch_bytes_max {
-            self.send(vec![partition]).await?;
+            self.close(vec![partition]);
         }
         Ok(())
     }
@@ -252,8 +285,8 @@ impl Producer {
         }
     }
 
-    /// Sends the batches whose linger time is up.
-    async fn flush_lingering(&mut self, now: Instant) -> Result<(), ClientError> {
+    /// Closes the batches whose linger time is up.
+    fn flush_lingering(&mut self, now: Instant) {
         let linger = self.shared.workload.linger;
         let mut due = Vec::new();
         while let Some(&(opened_at, partition)) = self.lingering.front() {
@@ -265,16 +298,12 @@ impl Producer {
                 due.push(partition);
             }
         }
-        if due.is_empty() {
-            return Ok(());
-        }
-        self.send(due).await
+        self.close(due);
     }
 
-    /// Closes the open batches of `partitions` and sends them, one request
-    /// per leader node.
-    async fn send(&mut self, partitions: Vec<i32>) -> Result<(), ClientError> {
-        let mut by_node: BTreeMap<i32, Vec<(i32, OpenBatch)>> = BTreeMap::new();
+    /// Closes the open batches of `partitions` and queues them for their
+    /// leaders.
+    fn close(&mut self, partitions: Vec<i32>) {
         for partition in partitions {
             let Some(batch) = self.open.remove(&partition) else {
                 continue;
@@ -283,12 +312,54 @@ impl Producer {
                 self.cursor = (self.cursor + 1) % self.own.len();
             }
             let leader = self.shared.topology.leader(partition).expect("every partition has a leader");
-            by_node.entry(leader).or_default().push((partition, batch));
+            self.queued_bytes += batch.records.len();
+            self.queued.entry(leader).or_default().push_back((partition, batch));
         }
-        for (node, batches) in by_node {
-            self.send_to(node, batches).await?;
+    }
+
+    /// Sends the queued batches while their nodes have request slots free,
+    /// each request taking all it can carry. Waits for slots when `all` is
+    /// set, or while the queue is over its bound.
+    async fn dispatch(&mut self, all: bool) -> Result<(), ClientError> {
+        let nodes: Vec<i32> = self.queued.keys().copied().collect();
+        for node in nodes {
+            let connection = self.nodes.node(node).await?;
+            while let Some(queue) = self.queued.get_mut(&node) {
+                if queue.is_empty() {
+                    self.queued.remove(&node);
+                    break;
+                }
+                if !connection.has_room() {
+                    if !all && self.queued_bytes <= QUEUED_BYTES_MAX {
+                        break;
+                    }
+                    connection.wait_room().await?;
+                    continue;
+                }
+                let Some(queue) = self.queued.get_mut(&node) else { break };
+                let mut batches = Vec::new();
+                let mut bytes = 0;
+                while let Some((_, batch)) = queue.front() {
+                    let size = batch.records.len();
+                    if !batches.is_empty() && bytes + size > REQUEST_BYTES_MAX {
+                        break;
+                    }
+                    bytes += size;
+                    batches.push(queue.pop_front().expect("front exists"));
+                }
+                self.queued_bytes -= bytes;
+                self.send_to(node, batches).await?;
+            }
         }
         Ok(())
+    }
+
+    /// A node whose queued batches wait for a request slot, if any.
+    async fn blocked_node(&self) -> Result<Option<Rc<Connection>>, ClientError> {
+        match self.queued.keys().next() {
+            Some(&node) => Ok(Some(self.nodes.node(node).await?)),
+            None => Ok(None),
+        }
     }
 
     async fn send_to(&mut self, node: i32, batches: Vec<(i32, OpenBatch)>) -> Result<(), ClientError> {
@@ -353,7 +424,8 @@ impl Producer {
         let mut result = Ok(());
         if !self.shared.control.aborted() {
             let open: Vec<i32> = self.open.keys().copied().collect();
-            result = self.send(open).await;
+            self.close(open);
+            result = self.dispatch(true).await;
         }
         self.acks.clear();
         for task in self.ack_tasks.drain(..) {

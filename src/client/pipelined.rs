@@ -159,6 +159,18 @@ impl Connection {
         self.shared.pending.borrow().len()
     }
 
+    /// True when a request could be queued now, without waiting for one of
+    /// the `in_flight` to be answered.
+    pub fn has_room(&self) -> bool {
+        self.shared.permits.available() > 0
+    }
+
+    /// Resolves once a request could be queued without waiting.
+    pub async fn wait_room(&self) -> Result<(), ClientError> {
+        drop(self.permit().await?);
+        Ok(())
+    }
+
     /// Queues a request once fewer than `in_flight` are outstanding, and
     /// returns the handle to its response. Requests go out in call order.
     pub async fn send(
