@@ -9,7 +9,7 @@
 #   max-throughput      1 topic, 100 partitions, 1 KiB messages, acks=1, flush never, 1 MiB batches,
 #                       20 requests in flight, produce as fast as possible; then a catch-up consume
 #                       of a filled topic from the beginning
-#   latency-at-rate     flush never, acks=1: produce flat out briefly, then e2e at 10%, 50% and 80%
+#   latency-at-rate     flush never, acks=1: e2e flat out briefly, then e2e at 10%, 50% and 80% of its rate
 #                       of the rate it measured
 #   partitions-scaling  e2e at one fixed total rate over 16, 256, 4096 and 10000 partitions;
 #                       broker RSS per partition
@@ -92,7 +92,10 @@ latency_at_rate() { # prefix [--brokers B]
   # acks=1 on the max-throughput durability setting (flush never); the
   # durability workload measures flush always.
   set -- "$@" $(flush_never_when_spawned "$@")
-  bench "$prefix-max" produce "$@" "${cores[@]}" --partitions 100 --message-bytes 1024 --acks 1 \
+  # The max of the same workload: producing and consuming flat out, so
+  # the rate that 50% is taken of is one this broker and generator sustain
+  # with the consumers' load on them too.
+  bench "$prefix-max" e2e "$@" "${cores[@]}" --partitions 100 --message-bytes 1024 --acks 1 \
     --duration "$(duration 10s)" --warmup "$warmup" --topic "bench-$prefix-max"
   local max
   max=$(max_msgs_per_s "$runs/$prefix-max.json")
