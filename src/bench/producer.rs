@@ -264,7 +264,7 @@ impl Producer {
         batch.meta.push((intended, payload_bytes));
         // Close when another record like this one would not fit.
         if batch.records.len() + record_bytes > batch_bytes_max {
-            self.close(vec![partition]);
+            self.close(partition);
         }
         Ok(())
     }
@@ -288,33 +288,29 @@ impl Producer {
     /// Closes the batches whose linger time is up.
     fn flush_lingering(&mut self, now: Instant) {
         let linger = self.shared.workload.linger;
-        let mut due = Vec::new();
         while let Some(&(opened_at, partition)) = self.lingering.front() {
             if opened_at + linger > now {
                 break;
             }
             self.lingering.pop_front();
             if self.open.get(&partition).is_some_and(|b| b.opened_at == opened_at) {
-                due.push(partition);
+                self.close(partition);
             }
         }
-        self.close(due);
     }
 
-    /// Closes the open batches of `partitions` and queues them for their
-    /// leaders.
-    fn close(&mut self, partitions: Vec<i32>) {
-        for partition in partitions {
-            let Some(batch) = self.open.remove(&partition) else {
-                continue;
-            };
-            if self.shared.workload.keys == Keys::None && self.own[self.cursor % self.own.len()] == partition {
-                self.cursor = (self.cursor + 1) % self.own.len();
-            }
-            let leader = self.shared.topology.leader(partition).expect("every partition has a leader");
-            self.queued_bytes += batch.records.len();
-            self.queued.entry(leader).or_default().push_back((partition, batch));
+    /// Closes the open batch of `partition`, if any, and queues it for the
+    /// partition's leader.
+    fn close(&mut self, partition: i32) {
+        let Some(batch) = self.open.remove(&partition) else {
+            return;
+        };
+        if self.shared.workload.keys == Keys::None && self.own[self.cursor % self.own.len()] == partition {
+            self.cursor = (self.cursor + 1) % self.own.len();
         }
+        let leader = self.shared.topology.leader(partition).expect("every partition has a leader");
+        self.queued_bytes += batch.records.len();
+        self.queued.entry(leader).or_default().push_back((partition, batch));
     }
 
     /// Sends the queued batches while their nodes have request slots free,
@@ -336,7 +332,6 @@ impl Producer {
                     connection.wait_room().await?;
                     continue;
                 }
-                let Some(queue) = self.queued.get_mut(&node) else { break };
                 let mut batches = Vec::new();
                 let mut bytes = 0;
                 while let Some((_, batch)) = queue.front() {
@@ -424,7 +419,9 @@ impl Producer {
         let mut result = Ok(());
         if !self.shared.control.aborted() {
             let open: Vec<i32> = self.open.keys().copied().collect();
-            self.close(open);
+            for partition in open {
+                self.close(partition);
+            }
             result = self.dispatch(true).await;
         }
         self.acks.clear();
