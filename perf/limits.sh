@@ -16,6 +16,13 @@
 # new file, every block of it written) is the ceiling for a consumer
 # catching up from disk.
 #
+# `host_stalls`: a busy loop on each CPU of the idle machine, timing the
+# gaps in its own progress over 1 ms: time the CPU was taken from it
+# (by the hypervisor on a VM, or by interrupts and kernel threads). Gaps
+# seen on every CPU at once are the whole machine stopping. No broker
+# answers faster than these gaps, so they are the floor of the latency
+# tails (p99.9, p99.99) measured on this machine.
+#
 #   perf/limits.sh [DIR]     DIR: a directory on the disk the broker writes to (default: a temp dir)
 #
 # SHARDLOG_PERF_SECONDS=N shortens each measurement (default 10).
@@ -46,8 +53,24 @@ fio --name=limits-new --directory="$dir" --rw=read --bs=1m --size=4g --direct=1 
 fio --name=limits-sync --directory="$dir" --rw=write --bs=4k --size=256m --ioengine=sync --fdatasync=1 \
     --time_based --runtime="$seconds" --output-format=json >"$tmp/sync.json"
 
+# Stalls of the idle machine: one busy loop per CPU, all at once.
+for cpu in $(seq 0 $(( $(nproc) - 1 ))); do
+  taskset -c "$cpu" python3 - "$seconds" >"$tmp/stalls-$cpu.json" <<'PY' &
+import json, sys, time
+end = time.monotonic() + float(sys.argv[1])
+gaps, last = [], time.monotonic()
+while last < end:
+    now = time.monotonic()
+    if now - last > 0.001:
+        gaps.append((last, now))
+    last = now
+json.dump(gaps, sys.stdout)
+PY
+done
+wait
+
 python3 - "$tmp" "$seconds" <<'PY'
-import datetime, json, os, platform, sys
+import datetime, glob, json, os, platform, sys
 tmp, seconds = sys.argv[1], float(sys.argv[2])
 def load(name):
     try:
@@ -75,6 +98,23 @@ if sync_job and 'sync' in sync_job and 'lat_ns' in sync_job['sync']:
     sync_lat = {'mean_us': lat.get('mean', 0) / 1000,
                 'p50_us': pct.get('50.000000', 0) / 1000,
                 'p99_us': pct.get('99.000000', 0) / 1000}
+def host_stalls():
+    per_cpu = []
+    for path in sorted(glob.glob(os.path.join(tmp, 'stalls-*.json'))):
+        try:
+            per_cpu.append(json.load(open(path)))
+        except (OSError, ValueError):
+            return None
+    if not per_cpu:
+        return None
+    def summary(gaps):
+        lengths = [(b - a) * 1000 for a, b in gaps]
+        return {'over_1ms': len(lengths), 'over_5ms': sum(1 for g in lengths if g > 5),
+                'max_ms': round(max(lengths, default=0), 2), 'lost_ms': round(sum(lengths), 1)}
+    # A gap of the first CPU that overlaps a gap on every other CPU.
+    together = [g for g in per_cpu[0]
+                if all(any(a < g[1] and g[0] < b for a, b in other) for other in per_cpu[1:])]
+    return {'seconds': seconds, 'per_cpu': [summary(g) for g in per_cpu], 'all_cpus_at_once': summary(together)}
 out = {
     'date': datetime.datetime.now(datetime.timezone.utc).isoformat(),
     'machine': {'cores': os.cpu_count(), 'kernel': platform.release(), 'cpu_model': cpu_model()},
@@ -85,6 +125,7 @@ out = {
     'fio_seq_read_O_DIRECT_1MiB_io_uring_MB_per_s': seq_read,
     'fio_fdatasync_4KiB_writes_per_s': sync_rate,
     'fio_fdatasync_latency': sync_lat,
+    'host_stalls': host_stalls(),
 }
 path = f"perf/results/limits-{datetime.date.today()}.json"
 json.dump(out, open(path, 'w'), indent=2)
