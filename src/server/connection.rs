@@ -183,3 +183,46 @@ async fn write_frame<W: futures_lite::AsyncWrite + Unpin>(writer: &mut W, chunks
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A response larger than the socket takes at once, in thousands of
+    /// chunks, arrives whole and in order.
+    #[test]
+    fn a_large_response_in_many_chunks_arrives_whole() {
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(1 << 20)
+            .spawn(|| async {
+                let listener = glommio::net::TcpListener::bind("127.0.0.1:0").expect("binds");
+                let address = listener.local_addr().expect("has an address");
+                // 3,000 chunks of 1-4 KiB: ~7.5 MB, more than the socket buffer takes at once.
+                let chunks: Vec<Bytes> = (0..3000u32)
+                    .map(|i| {
+                        Bytes::from(
+                            (0..1024 + (i % 3072)).map(|j| (i as usize * 31 + j as usize) as u8).collect::<Vec<u8>>(),
+                        )
+                    })
+                    .collect();
+                let expected: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
+                let reading = glommio::spawn_local(async move {
+                    let mut client = TcpStream::connect(address).await.expect("connects");
+                    let mut size = [0u8; 4];
+                    client.read_exact(&mut size).await.expect("reads the prefix");
+                    let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
+                    client.read_exact(&mut body).await.expect("reads the body");
+                    body
+                });
+                let stream = listener.accept().await.expect("accepts");
+                let (_reader, mut writer) = futures_lite::io::split(stream);
+                write_frame(&mut writer, chunks).await.expect("writes");
+                let body = reading.await;
+                assert_eq!(body.len(), expected.len());
+                assert!(body == expected, "the body differs from the chunks sent");
+            })
+            .expect("executor starts")
+            .join()
+            .expect("test passes");
+    }
+}
