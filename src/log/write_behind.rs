@@ -39,7 +39,7 @@ const GATHER_BYTES: usize = 128 << 10;
 /// together: 100 partitions at 2 MB/s each put 20 MB in one pass, a 10 ms
 /// stall of every request on the core every 100 ms.
 const PASS_BYTES: usize = 512 << 10;
-/// The pause between passes capped by `PASS_BYTES`.
+/// The least pause between two passes.
 const PASS_PAUSE: Duration = Duration::from_micros(50);
 
 /// Something the core's write-behind runs: a log with pending data.
@@ -85,7 +85,6 @@ pub(super) fn queued() -> usize {
 }
 
 async fn run() {
-    let mut capped = false;
     loop {
         let first = QUEUE.with(|queue| {
             let mut queue = queue.borrow_mut();
@@ -94,16 +93,11 @@ async fn run() {
             first
         });
         let Some(first) = first else { return };
-        let wait = first.saturating_duration_since(Instant::now());
-        if !wait.is_zero() {
-            glommio::timer::sleep(wait).await;
-        } else if capped {
-            // The last pass stopped at `PASS_BYTES` with logs still due: let
-            // the core serve its requests (and the reactor its completions)
-            // before the next. A timer, not a yield: glommio polls for I/O
-            // only once no task is runnable.
-            glommio::timer::sleep(PASS_PAUSE).await;
-        }
+        // At least `PASS_PAUSE`, so that after a pass stopped at
+        // `PASS_BYTES` with logs still due the core serves its requests (and
+        // the reactor its completions) before the next. A timer, not a
+        // yield: glommio polls for I/O only once no task is runnable.
+        glommio::timer::sleep(first.saturating_duration_since(Instant::now()).max(PASS_PAUSE)).await;
         let now = Instant::now();
         let horizon = now + GATHER;
         let due: Vec<Box<dyn PendingWrite>> = QUEUE.with(|queue| {
@@ -118,7 +112,6 @@ async fn run() {
                     (*at <= now && (before == 0 || bytes <= PASS_BYTES)) || (*at <= horizon && bytes <= GATHER_BYTES)
                 })
                 .count();
-            capped = queue.due.get(count).is_some_and(|(at, _)| *at <= now);
             queue.due.drain(..count).map(|(_, log)| log).collect()
         });
         for log in due {
