@@ -156,6 +156,72 @@ fn responses_come_back_in_request_order_and_acks_zero_gets_none() {
     assert_eq!(values(&stored).len(), 3, "the acks=0 records were appended");
 }
 
+/// Produce requests of 1 byte to 100 KiB of records, pipelined on one
+/// connection and written in pieces that split size prefixes and bodies at
+/// every kind of boundary (a prefix in parts, a body in parts, several
+/// frames in one piece), are all answered in order and stored byte for
+/// byte.
+#[test]
+fn pipelined_requests_split_at_odd_boundaries_arrive_whole() {
+    let broker = Broker::start(1, &[]);
+    create_topic(&broker, "pipe", 1, &[]);
+    let mut conn = broker.connect();
+    let value_sizes = [1usize, 20 << 10, 32 << 10, 33 << 10, 100 << 10, 7, 32_700, 64 << 10];
+    let requests = 48;
+    let mut sent_values = Vec::new();
+    let mut stream = Vec::new();
+    for correlation in 1..=requests {
+        let size = value_sizes[correlation as usize % value_sizes.len()];
+        let value = Bytes::from((0..size).map(|i| (i * 7 + correlation as usize) as u8).collect::<Vec<u8>>());
+        sent_values.push(value.clone());
+        let record = shardlog::protocol::record_batch::Record { value: Some(value), ..Default::default() };
+        let mut w = Writer::new();
+        w.i16(ApiKey::Produce as i16);
+        w.i16(8);
+        w.i32(correlation);
+        w.nullable_string(None);
+        shardlog::protocol::produce::ProduceRequest {
+            transactional_id: None,
+            acks: 1,
+            timeout_ms: 10_000,
+            topics: vec![shardlog::protocol::produce::ProduceTopic {
+                name: "pipe".into(),
+                partitions: vec![shardlog::protocol::produce::ProducePartition {
+                    index: 0,
+                    records: Some(encode_batch(&[record], 1, ProducerFields::NONE)),
+                }],
+            }],
+        }
+        .encode(&mut w);
+        let body = w.into_bytes();
+        stream.extend_from_slice(&(body.len() as i32).to_be_bytes());
+        stream.extend_from_slice(&body);
+    }
+    let pieces = [1usize, 2, 3, 4093, 32 << 10, 70_000, 5, 40_000];
+    let mut at = 0;
+    for (i, piece) in pieces.iter().cycle().enumerate() {
+        if at == stream.len() {
+            break;
+        }
+        let end = (at + piece).min(stream.len());
+        conn.send_raw(&stream[at..end]).unwrap();
+        at = end;
+        if i % 3 == 0 {
+            // Let the broker read what is there, so the next piece starts a new read.
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    for correlation in 1..=requests {
+        let mut reader = Reader::new(conn.read_frame().unwrap());
+        assert_eq!(reader.i32().unwrap(), correlation, "answers in request order");
+        let response = shardlog::protocol::produce::ProduceResponse::decode(&mut reader, 8).unwrap();
+        let partition = &response.topics[0].partitions[0];
+        assert_eq!(partition.error, ErrorCode::None, "request {correlation}");
+        assert_eq!(partition.base_offset, correlation as i64 - 1, "request {correlation}");
+    }
+    assert!(values(&read_batches(&mut conn, "pipe", 0)) == sent_values, "every value stored byte for byte");
+}
+
 #[test]
 fn metadata_lists_one_node_per_core_and_a_live_controller() {
     let broker = Broker::start(2, &[]);
