@@ -257,6 +257,31 @@ fn metrics_port_that_collides_with_a_kafka_port_is_refused() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("metrics-port"));
 }
 
+/// Whether the process may use transparent huge pages (its PR_SET_THP_DISABLE flag).
+fn thp_enabled(broker: &Broker) -> bool {
+    let pid = broker.child.as_ref().expect("running").id();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let line = status.lines().find(|l| l.starts_with("THP_enabled:")).expect("THP_enabled in /proc/pid/status");
+    line.split_whitespace().nth(1) == Some("1")
+}
+
+#[test]
+fn a_broker_uses_huge_pages_only_when_asked() {
+    let plain = Broker::start(1, &[]);
+    let flag = Broker::start(1, &["--huge-pages", "true"]);
+    let env = Broker::start_with_env(1, &[], &[("SHARDLOG_HUGE_PAGES", "true")]);
+    assert!(!thp_enabled(&plain), "huge pages are off by default");
+    assert!(thp_enabled(&flag), "--huge-pages true turns them on");
+    assert!(thp_enabled(&env), "so does SHARDLOG_HUGE_PAGES, which a broker spawned by bench inherits");
+    // Each still serves.
+    for broker in [&plain, &flag, &env] {
+        create_topic(broker, "t", 1, &[]);
+        let mut conn = broker.connect();
+        let response = produce(&mut conn, "t", 0, batch("m", 10), 1);
+        assert_eq!(response.topics[0].partitions[0].error, ErrorCode::None);
+    }
+}
+
 #[test]
 fn cluster_status_shows_nodes_cores_partitions_and_disk_use() {
     let metrics_port = free_ports(1);
