@@ -76,6 +76,7 @@ fn e2e_with_verify_writes_consistent_json_svg_and_hgrm() {
     assert!(report.pointer("/machine/kernel").and_then(Value::as_str).is_some_and(|k| !k.is_empty()));
     assert!(number(&report, "/broker/cpu_s") > 0.0, "broker CPU measured: {report:#}");
     assert!(number(&report, "/broker/bytes_per_cpu_s") > 0.0);
+    assert_eq!(report.pointer("/broker/huge_pages"), Some(&Value::Bool(false)), "huge pages off by default");
     // The generator's own CPU over the same window, one core of it.
     assert_eq!(number(&report, "/generator/cores"), 1.0);
     assert!(number(&report, "/generator/cpu_s") > 0.0, "generator CPU measured: {report:#}");
@@ -86,6 +87,29 @@ fn e2e_with_verify_writes_consistent_json_svg_and_hgrm() {
     check_hgrm(&std::fs::read_to_string(&hgrm_path).expect("hgrm written"), 20000);
     let e2e_hgrm = dir.path().join("run.e2e.hgrm");
     check_hgrm(&std::fs::read_to_string(e2e_hgrm).expect("e2e hgrm written"), 20000);
+}
+
+#[test]
+fn huge_pages_reach_the_spawned_broker() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json_path = dir.path().join("huge.json").to_string_lossy().into_owned();
+    let stdout = succeed(&[
+        "produce",
+        "--spawn",
+        "--broker-cores",
+        "1",
+        "--cores",
+        "1",
+        "--messages",
+        "2000",
+        "--huge-pages",
+        "true",
+        "--json",
+        &json_path,
+    ]);
+    let report = json(Path::new(&json_path));
+    assert_eq!(report.pointer("/broker/huge_pages"), Some(&Value::Bool(true)), "{report:#}");
+    assert!(stdout.contains(", huge pages"), "the broker line says so:\n{stdout}");
 }
 
 #[test]

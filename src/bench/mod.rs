@@ -155,6 +155,7 @@ pub fn run(args: BenchArgs) -> Result<bool, String> {
             cpu_s: cpu.total_s(),
             bytes_per_cpu_s: (cpu.total_s() > 0.0).then(|| moved as f64 / cpu.total_s()),
             rss_bytes: b.rss_bytes(),
+            huge_pages: b.huge_pages(),
         })
     });
     let mut report = Report {

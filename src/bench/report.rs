@@ -118,6 +118,8 @@ pub struct BrokerReport {
     /// Bytes produced plus bytes consumed in the window, per broker CPU second.
     pub bytes_per_cpu_s: Option<f64>,
     pub rss_bytes: Option<u64>,
+    /// Whether the broker ran with transparent huge pages (`--huge-pages`).
+    pub huge_pages: Option<bool>,
 }
 
 /// The load generator's own CPU use over the measured window (this
@@ -247,8 +249,11 @@ impl Report {
             let rss = b.rss_bytes.map_or_else(|| "-".to_string(), |v| format!("{:.1} MB", v as f64 / 1e6));
             let _ = writeln!(
                 out,
-                "broker: {:.2} CPU s (user {:.2}, sys {:.2}), {per_cpu} per CPU second, RSS {rss}",
-                b.cpu_s, b.cpu_user_s, b.cpu_system_s
+                "broker: {:.2} CPU s (user {:.2}, sys {:.2}), {per_cpu} per CPU second, RSS {rss}{}",
+                b.cpu_s,
+                b.cpu_user_s,
+                b.cpu_system_s,
+                if b.huge_pages == Some(true) { ", huge pages" } else { "" }
             );
         }
         if let Some(g) = &self.generator {

@@ -117,10 +117,20 @@ impl SpawnedBroker {
 
     /// Resident memory of the broker now.
     pub fn rss_bytes(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
-        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        let kib: u64 = self.status_field("VmRSS:")?.parse().ok()?;
         Some(kib * 1024)
+    }
+
+    /// Whether the broker may use transparent huge pages (`--huge-pages`).
+    pub fn huge_pages(&self) -> Option<bool> {
+        Some(self.status_field("THP_enabled:")? == "1")
+    }
+
+    /// The first word after `field` in /proc/PID/status.
+    fn status_field(&self, field: &str) -> Option<String> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
+        let line = status.lines().find(|l| l.starts_with(field))?;
+        line.split_whitespace().nth(1).map(str::to_string)
     }
 
     /// Answers a real request on every port (a connect alone is not enough
