@@ -93,20 +93,8 @@ fn e2e_with_verify_writes_consistent_json_svg_and_hgrm() {
 fn huge_pages_reach_the_spawned_broker() {
     let dir = tempfile::tempdir().expect("tempdir");
     let json_path = dir.path().join("huge.json").to_string_lossy().into_owned();
-    let stdout = succeed(&[
-        "produce",
-        "--spawn",
-        "--broker-cores",
-        "1",
-        "--cores",
-        "1",
-        "--messages",
-        "2000",
-        "--huge-pages",
-        "true",
-        "--json",
-        &json_path,
-    ]);
+    let flags = "produce --spawn --broker-cores 1 --cores 1 --messages 2000 --huge-pages true --json";
+    let stdout = succeed(&flags.split(' ').chain([json_path.as_str()]).collect::<Vec<_>>());
     let report = json(Path::new(&json_path));
     assert_eq!(report.pointer("/broker/huge_pages"), Some(&Value::Bool(true)), "{report:#}");
     assert!(stdout.contains(", huge pages"), "the broker line says so:\n{stdout}");
