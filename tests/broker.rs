@@ -90,20 +90,6 @@ fn api_versions_v3_response_header_is_v0() {
     let _ = ApiVersionsRequest::default();
 }
 
-/// A Produce request of `records` for partition 0 of `topic`.
-fn one_partition_produce(topic: &str, acks: i16, records: Bytes) -> shardlog::protocol::produce::ProduceRequest {
-    use shardlog::protocol::produce::{ProducePartition, ProduceRequest, ProduceTopic};
-    ProduceRequest {
-        transactional_id: None,
-        acks,
-        timeout_ms: 10_000,
-        topics: vec![ProduceTopic {
-            name: topic.into(),
-            partitions: vec![ProducePartition { index: 0, records: Some(records) }],
-        }],
-    }
-}
-
 #[test]
 fn responses_come_back_in_request_order_and_acks_zero_gets_none() {
     let broker = Broker::start(1, &[]);
@@ -145,7 +131,7 @@ fn responses_come_back_in_request_order_and_acks_zero_gets_none() {
     };
     let started = Instant::now();
     conn.send_frame(frame(ApiKey::Fetch, 11, 1, &fetch_body)).unwrap();
-    let produce_body = |w: &mut Writer| one_partition_produce("order", 0, batch("z", 3)).encode(w);
+    let produce_body = |w: &mut Writer| produce_request("order", 0, batch("z", 3), 0).encode(w);
     conn.send_frame(frame(ApiKey::Produce, 8, 2, &produce_body)).unwrap();
     conn.send_frame(frame(ApiKey::ApiVersions, 2, 3, &|_| {})).unwrap();
     let first = Reader::new(conn.read_frame().unwrap()).i32().unwrap();
@@ -180,7 +166,7 @@ fn pipelined_requests_split_at_odd_boundaries_arrive_whole() {
         w.i16(8);
         w.i32(correlation);
         w.nullable_string(None);
-        one_partition_produce("pipe", 1, encode_batch(&[record], 1, ProducerFields::NONE)).encode(&mut w);
+        produce_request("pipe", 0, encode_batch(&[record], 1, ProducerFields::NONE), 1).encode(&mut w);
         let body = w.into_bytes();
         stream.extend_from_slice(&(body.len() as i32).to_be_bytes());
         stream.extend_from_slice(&body);

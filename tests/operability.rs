@@ -259,10 +259,7 @@ fn metrics_port_that_collides_with_a_kafka_port_is_refused() {
 
 /// Whether the process may use transparent huge pages (its PR_SET_THP_DISABLE flag).
 fn thp_enabled(broker: &Broker) -> bool {
-    let pid = broker.child.as_ref().expect("running").id();
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    let line = status.lines().find(|l| l.starts_with("THP_enabled:")).expect("THP_enabled in /proc/pid/status");
-    line.split_whitespace().nth(1) == Some("1")
+    status_field(broker.child.as_ref().expect("running").id(), "THP_enabled:") == "1"
 }
 
 #[test]

@@ -175,8 +175,9 @@ pub fn batch(prefix: &str, count: usize) -> Bytes {
     encode_batch(&records(prefix, count), shardlog::log::now_ms() as i64, ProducerFields::NONE)
 }
 
-pub fn produce(conn: &mut Connection, topic: &str, partition: i32, records: Bytes, acks: i16) -> ProduceResponse {
-    let request = ProduceRequest {
+/// A Produce request of `records` for one partition.
+pub fn produce_request(topic: &str, partition: i32, records: Bytes, acks: i16) -> ProduceRequest {
+    ProduceRequest {
         transactional_id: None,
         acks,
         timeout_ms: 10_000,
@@ -184,7 +185,11 @@ pub fn produce(conn: &mut Connection, topic: &str, partition: i32, records: Byte
             name: topic.into(),
             partitions: vec![ProducePartition { index: partition, records: Some(records) }],
         }],
-    };
+    }
+}
+
+pub fn produce(conn: &mut Connection, topic: &str, partition: i32, records: Bytes, acks: i16) -> ProduceResponse {
+    let request = produce_request(topic, partition, records, acks);
     let reader = conn.request(ApiKey::Produce, 8, |w| request.encode(w)).expect("produce");
     shardlog::client::decode(reader, 8, ProduceResponse::decode).expect("decode produce")
 }
@@ -237,9 +242,14 @@ pub fn leader_port(broker: &Broker, topic: &str, partition: i32) -> u16 {
     metadata.brokers.iter().find(|b| b.node_id == leader).expect("leader broker").port as u16
 }
 
-/// A size field of /proc/PID/status (`VmRSS:`, `VmHWM:`, ...), in KiB.
-pub fn status_kib(pid: u32, field: &str) -> u64 {
+/// The first word of a field of /proc/PID/status (`VmRSS:`, `THP_enabled:`, ...).
+pub fn status_field(pid: u32, field: &str) -> String {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
     let line = status.lines().find(|l| l.starts_with(field)).expect("field in /proc/pid/status");
-    line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("a number")
+    line.split_whitespace().nth(1).expect("a value").to_string()
+}
+
+/// A size field of /proc/PID/status (`VmRSS:`, `VmHWM:`, ...), in KiB.
+pub fn status_kib(pid: u32, field: &str) -> u64 {
+    status_field(pid, field).parse().expect("a number")
 }
