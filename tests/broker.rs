@@ -196,6 +196,61 @@ fn pipelined_requests_split_at_odd_boundaries_arrive_whole() {
     assert!(values(&read_batches(&mut conn, "pipe", 0)) == sent_values, "every value stored byte for byte");
 }
 
+/// Fetch answers of hundreds of batches each, pipelined on one connection
+/// and read only once the whole pipeline is sent (so the broker's sends
+/// fill the socket and wait for room), arrive whole and in request order;
+/// the frame behind them that the broker cannot parse closes the
+/// connection only after every answer before it is out.
+#[test]
+fn pipelined_large_answers_arrive_whole_before_a_bad_frame_closes() {
+    let broker = Broker::start(1, &[]);
+    create_topic(&broker, "gather", 1, &[]);
+    let mut conn = broker.connect();
+    for i in 0..400usize {
+        let value = Bytes::from((0..4096).map(|j| (i * 13 + j) as u8).collect::<Vec<u8>>());
+        let record = shardlog::protocol::record_batch::Record { value: Some(value), ..Default::default() };
+        let response = produce(&mut conn, "gather", 0, encode_batch(&[record], 1, ProducerFields::NONE), 1);
+        assert_eq!(response.topics[0].partitions[0].error, ErrorCode::None);
+    }
+    let stored = read_batches(&mut conn, "gather", 0);
+    assert_eq!(stored.len(), 400);
+    let fetches = 30i32;
+    let mut stream = Vec::new();
+    for correlation in 1..=fetches {
+        let mut w = Writer::new();
+        w.i16(ApiKey::Fetch as i16);
+        w.i16(11);
+        w.i32(correlation);
+        w.nullable_string(None);
+        fetch_request("gather", 0, i64::from(correlation) * 10, 0, 1).encode(&mut w, 11);
+        let body = w.into_bytes();
+        stream.extend_from_slice(&(body.len() as i32).to_be_bytes());
+        stream.extend_from_slice(&body);
+    }
+    // An API key no Kafka has: the broker closes the connection.
+    let mut w = Writer::new();
+    w.i16(999);
+    w.i16(0);
+    w.i32(fetches + 1);
+    w.nullable_string(None);
+    let bad = w.into_bytes();
+    stream.extend_from_slice(&(bad.len() as i32).to_be_bytes());
+    stream.extend_from_slice(&bad);
+    conn.send_raw(&stream).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    for correlation in 1..=fetches {
+        let mut reader = Reader::new(conn.read_frame().unwrap());
+        assert_eq!(reader.i32().unwrap(), correlation, "answers in request order");
+        let response = shardlog::protocol::fetch::FetchResponse::decode(&mut reader, 11).unwrap();
+        let partition = &response.topics[0].partitions[0];
+        assert_eq!(partition.error, ErrorCode::None, "fetch {correlation}");
+        let from = correlation as usize * 10;
+        assert_eq!(partition.records.len(), 400 - from, "fetch {correlation} has every batch from its offset");
+        assert!(partition.records == stored[from..], "fetch {correlation} byte for byte");
+    }
+    assert!(conn.read_frame().is_err(), "the connection closes after the bad frame");
+}
+
 #[test]
 fn metadata_lists_one_node_per_core_and_a_live_controller() {
     let broker = Broker::start(2, &[]);

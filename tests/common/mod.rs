@@ -194,15 +194,9 @@ pub fn produce(conn: &mut Connection, topic: &str, partition: i32, records: Byte
     shardlog::client::decode(reader, 8, ProduceResponse::decode).expect("decode produce")
 }
 
-pub fn fetch(
-    conn: &mut Connection,
-    topic: &str,
-    partition: i32,
-    offset: i64,
-    max_wait_ms: i32,
-    min_bytes: i32,
-) -> FetchResponse {
-    let request = FetchRequest {
+/// A Fetch request for one partition from `offset`.
+pub fn fetch_request(topic: &str, partition: i32, offset: i64, max_wait_ms: i32, min_bytes: i32) -> FetchRequest {
+    FetchRequest {
         replica_id: -1,
         max_wait_ms,
         min_bytes,
@@ -222,7 +216,18 @@ pub fn fetch(
         }],
         forgotten: Vec::new(),
         rack_id: String::new(),
-    };
+    }
+}
+
+pub fn fetch(
+    conn: &mut Connection,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    max_wait_ms: i32,
+    min_bytes: i32,
+) -> FetchResponse {
+    let request = fetch_request(topic, partition, offset, max_wait_ms, min_bytes);
     let reader = conn.request(ApiKey::Fetch, 11, |w| request.encode(w, 11)).expect("fetch");
     shardlog::client::decode(reader, 11, FetchResponse::decode).expect("decode fetch")
 }
