@@ -5,9 +5,9 @@
 //! A [`Connection`] keeps up to `in_flight` requests outstanding on one TCP
 //! connection. Kafka answers the requests of a connection in order, so
 //! responses are matched to requests by position, and the correlation id
-//! only checks it. Two tasks per connection: a writer that coalesces queued
-//! frames into few writes, and a reader that hands each response to whoever
-//! waits for it.
+//! only checks it. Two tasks per connection: a writer that sends the queued
+//! frames with few vectored sends, and a reader that hands each response to
+//! whoever waits for it.
 //!
 //! [`Cluster`] adds what a producer needs from the rest of the cluster:
 //! ApiVersions (which version of each API to speak), Metadata (which node
@@ -17,6 +17,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -39,9 +40,6 @@ use crate::protocol::{ApiKey, DecodeResult, ErrorCode, Reader, Writer};
 
 /// Responses larger than this are refused (a broken or hostile peer).
 const RESPONSE_BYTES_MAX: usize = 256 * 1024 * 1024;
-/// Queued frames smaller than this are copied into one write buffer; larger
-/// ones (record batches) are written as they are.
-const COALESCE_BYTES_MAX: usize = 64 * 1024;
 /// Requests one connection may have outstanding.
 pub const IN_FLIGHT_MAX: usize = 1024;
 
@@ -132,6 +130,7 @@ impl Connection {
             .await
             .map_err(|e| ClientError::Closed(format!("{address}: connect: {e}")))?;
         stream.set_nodelay(true).map_err(|e| ClientError::Closed(format!("{address}: nodelay: {e}")))?;
+        let socket = stream.as_raw_fd();
         let (reader, writer) = futures_lite::io::split(stream);
         let shared = Rc::new(Shared {
             address: Rc::from(address),
@@ -146,7 +145,7 @@ impl Connection {
         });
         let reader = futures_lite::io::BufReader::with_capacity(256 * 1024, reader);
         let read_task = glommio::spawn_local(read_loop(shared.clone(), reader));
-        let write_task = glommio::spawn_local(write_loop(shared.clone(), writer));
+        let write_task = glommio::spawn_local(write_loop(shared.clone(), writer, socket));
         Ok(Self { shared, _reader: read_task, _writer: write_task })
     }
 
@@ -339,8 +338,12 @@ async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
     Ok(buffer.split())
 }
 
-async fn write_loop<W: futures_lite::AsyncWrite + Unpin>(shared: Rc<Shared>, mut writer: W) {
-    let mut buffer: Vec<u8> = Vec::with_capacity(COALESCE_BYTES_MAX);
+/// Writes the queued frames, all that are queued at once in one vectored
+/// send where the socket takes them (`crate::net`).
+async fn write_loop<W: futures_lite::AsyncWrite + Unpin>(shared: Rc<Shared>, mut writer: W, socket: RawFd) {
+    // SAFETY: `writer`, a half of the stream, keeps its socket open for as
+    // long as this loop runs, and `socket` is used only inside it.
+    let socket = unsafe { BorrowedFd::borrow_raw(socket) };
     loop {
         let batch: Vec<Outgoing> = shared.outbox.borrow_mut().drain(..).collect();
         if batch.is_empty() {
@@ -353,41 +356,15 @@ async fn write_loop<W: futures_lite::AsyncWrite + Unpin>(shared: Rc<Shared>, mut
             }
             continue;
         }
-        if let Err(e) = write_batch(&mut writer, &mut buffer, &batch).await {
+        let pieces: Vec<&Bytes> = batch.iter().flat_map(|o| o.chunks.iter()).collect();
+        if let Err(e) = crate::net::write_vectored(&mut writer, socket, &pieces).await {
             shared.fail(format!("write: {e}"));
             break;
         }
+        drop(pieces);
         drop(batch);
     }
     let _ = writer.close().await;
-}
-
-/// Writes queued frames with as few writes as the sizes allow.
-async fn write_batch<W: futures_lite::AsyncWrite + Unpin>(
-    writer: &mut W,
-    buffer: &mut Vec<u8>,
-    batch: &[Outgoing],
-) -> std::io::Result<()> {
-    buffer.clear();
-    for chunk in batch.iter().flat_map(|o| o.chunks.iter()) {
-        if chunk.len() >= COALESCE_BYTES_MAX {
-            if !buffer.is_empty() {
-                writer.write_all(buffer).await?;
-                buffer.clear();
-            }
-            writer.write_all(chunk).await?;
-            continue;
-        }
-        if buffer.len() + chunk.len() > COALESCE_BYTES_MAX {
-            writer.write_all(buffer).await?;
-            buffer.clear();
-        }
-        buffer.extend_from_slice(chunk);
-    }
-    if !buffer.is_empty() {
-        writer.write_all(buffer).await?;
-    }
-    writer.flush().await
 }
 
 /// The versions this client speaks with one cluster: for each API, the

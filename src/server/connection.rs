@@ -3,16 +3,14 @@
 //! and writes the responses back strictly in request order.
 //!
 //! Responses leave with vectored sends straight from their chunks (a fetch
-//! answer is a list of cached or read batches): no staging copy, and one
-//! system call for an answer of many batches where a send per chunk took
-//! forty. Responses already done behind the one being written join its
-//! send, so a backlog after a stall drains in a few sends.
+//! answer is a list of cached or read batches; see `crate::net`), and the
+//! responses already done behind the one being written join its send, so a
+//! backlog after a stall drains in a few sends.
 //!
 //! Requests are started in arrival order and every handler does its state
 //! changes (log appends) before its first await, so the effects keep the
 //! order of the requests as well.
 
-use std::io::IoSlice;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::rc::Rc;
@@ -30,8 +28,6 @@ use crate::shard::Shard;
 /// Responses already done behind the one being written go out with it, in
 /// the same send, up to this many bytes.
 const GATHER_BYTES_MAX: usize = 1 << 20;
-/// Pieces (prefixes and response chunks) one send hands the kernel at most.
-const SEND_PIECES_MAX: usize = 64;
 /// Smallest frame that can hold a request header.
 const FRAME_BYTES_MIN: usize = 8;
 
@@ -56,7 +52,7 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, _slot: super::limits::Co
             };
             let (outgoing, close, pending) = gather_ready(first, &responses).await;
             next = pending;
-            let result = write_vectored(&mut writer, socket, &outgoing.pieces).await;
+            let result = crate::net::write_vectored(&mut writer, socket, &outgoing.pieces).await;
             drop(outgoing);
             if let Err(e) = result {
                 tracing::debug!(error = %e, "closing connection: writing a response failed");
@@ -241,62 +237,6 @@ async fn gather_ready(
     }
 }
 
-/// Writes `pieces` in order. Each step hands the kernel as many pieces as
-/// one `sendmsg` takes (no copy into a staging buffer, one system call for
-/// a whole fetch response of many batches); when the socket is full, the
-/// stream's own write waits for room and takes the rest of the current
-/// piece.
-async fn write_vectored<W: futures_lite::AsyncWrite + Unpin>(
-    writer: &mut W,
-    socket: BorrowedFd<'_>,
-    pieces: &[Bytes],
-) -> std::io::Result<()> {
-    let mut index = 0;
-    let mut offset = 0;
-    while index < pieces.len() {
-        let end = pieces.len().min(index + SEND_PIECES_MAX);
-        let slices: Vec<IoSlice<'_>> = std::iter::once(&pieces[index][offset..])
-            .chain(pieces[index + 1..end].iter().map(|piece| &piece[..]))
-            .map(IoSlice::new)
-            .collect();
-        let mut sent = send_now(socket, &slices);
-        if sent == 0 {
-            let rest = &pieces[index][offset..];
-            writer.write_all(rest).await?;
-            sent = rest.len();
-        }
-        // Step past what went.
-        while sent > 0 {
-            let left = pieces[index].len() - offset;
-            if sent < left {
-                offset += sent;
-                break;
-            }
-            sent -= left;
-            index += 1;
-            offset = 0;
-        }
-        while index < pieces.len() && pieces[index].len() == offset {
-            index += 1;
-            offset = 0;
-        }
-    }
-    Ok(())
-}
-
-/// Sends what the socket takes now of `slices`, without waiting; 0 when it
-/// takes nothing (or on an error, which the write that follows reports).
-fn send_now(socket: BorrowedFd<'_>, slices: &[IoSlice<'_>]) -> usize {
-    let socket = socket2::SockRef::from(&socket);
-    loop {
-        match socket.send_vectored_with_flags(slices, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) {
-            Ok(sent) => return sent,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => return 0,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -333,7 +273,7 @@ mod tests {
                 let (_reader, mut writer) = futures_lite::io::split(stream);
                 let mut outgoing = Outgoing::default();
                 outgoing.push(chunks);
-                write_vectored(&mut writer, socket, &outgoing.pieces).await.expect("writes");
+                crate::net::write_vectored(&mut writer, socket, &outgoing.pieces).await.expect("writes");
                 let body = reading.await;
                 assert_eq!(body.len(), expected.len());
                 assert!(body == expected, "the body differs from the chunks sent");
