@@ -161,15 +161,8 @@ fn pipelined_requests_split_at_odd_boundaries_arrive_whole() {
         let value = Bytes::from((0..size).map(|i| (i * 7 + correlation as usize) as u8).collect::<Vec<u8>>());
         sent_values.push(value.clone());
         let record = shardlog::protocol::record_batch::Record { value: Some(value), ..Default::default() };
-        let mut w = Writer::new();
-        w.i16(ApiKey::Produce as i16);
-        w.i16(8);
-        w.i32(correlation);
-        w.nullable_string(None);
-        produce_request("pipe", 0, encode_batch(&[record], 1, ProducerFields::NONE), 1).encode(&mut w);
-        let body = w.into_bytes();
-        stream.extend_from_slice(&(body.len() as i32).to_be_bytes());
-        stream.extend_from_slice(&body);
+        let request = produce_request("pipe", 0, encode_batch(&[record], 1, ProducerFields::NONE), 1);
+        stream.extend(request_frame(ApiKey::Produce as i16, 8, correlation, |w| request.encode(w)));
     }
     let pieces = [1usize, 2, 3, 4093, 32 << 10, 70_000, 5, 40_000];
     let mut at = 0;
@@ -186,8 +179,7 @@ fn pipelined_requests_split_at_odd_boundaries_arrive_whole() {
         }
     }
     for correlation in 1..=requests {
-        let mut reader = Reader::new(conn.read_frame().unwrap());
-        assert_eq!(reader.i32().unwrap(), correlation, "answers in request order");
+        let mut reader = read_answer(&mut conn, correlation);
         let response = shardlog::protocol::produce::ProduceResponse::decode(&mut reader, 8).unwrap();
         let partition = &response.topics[0].partitions[0];
         assert_eq!(partition.error, ErrorCode::None, "request {correlation}");
@@ -217,30 +209,15 @@ fn pipelined_large_answers_arrive_whole_before_a_bad_frame_closes() {
     let fetches = 30i32;
     let mut stream = Vec::new();
     for correlation in 1..=fetches {
-        let mut w = Writer::new();
-        w.i16(ApiKey::Fetch as i16);
-        w.i16(11);
-        w.i32(correlation);
-        w.nullable_string(None);
-        fetch_request("gather", 0, i64::from(correlation) * 10, 0, 1).encode(&mut w, 11);
-        let body = w.into_bytes();
-        stream.extend_from_slice(&(body.len() as i32).to_be_bytes());
-        stream.extend_from_slice(&body);
+        let request = fetch_request("gather", 0, i64::from(correlation) * 10, 0, 1);
+        stream.extend(request_frame(ApiKey::Fetch as i16, 11, correlation, |w| request.encode(w, 11)));
     }
     // An API key no Kafka has: the broker closes the connection.
-    let mut w = Writer::new();
-    w.i16(999);
-    w.i16(0);
-    w.i32(fetches + 1);
-    w.nullable_string(None);
-    let bad = w.into_bytes();
-    stream.extend_from_slice(&(bad.len() as i32).to_be_bytes());
-    stream.extend_from_slice(&bad);
+    stream.extend(request_frame(999, 0, fetches + 1, |_| {}));
     conn.send_raw(&stream).unwrap();
     std::thread::sleep(Duration::from_millis(200));
     for correlation in 1..=fetches {
-        let mut reader = Reader::new(conn.read_frame().unwrap());
-        assert_eq!(reader.i32().unwrap(), correlation, "answers in request order");
+        let mut reader = read_answer(&mut conn, correlation);
         let response = shardlog::protocol::fetch::FetchResponse::decode(&mut reader, 11).unwrap();
         let partition = &response.topics[0].partitions[0];
         assert_eq!(partition.error, ErrorCode::None, "fetch {correlation}");

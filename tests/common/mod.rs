@@ -13,7 +13,7 @@ use shardlog::client::Connection;
 use shardlog::protocol::fetch::{FetchPartition, FetchRequest, FetchResponse, FetchTopic};
 use shardlog::protocol::produce::{ProducePartition, ProduceRequest, ProduceResponse, ProduceTopic};
 use shardlog::protocol::record_batch::{encode_batch, ProducerFields, Record};
-use shardlog::protocol::ApiKey;
+use shardlog::protocol::{ApiKey, Reader, Writer};
 
 pub struct Broker {
     pub child: Option<Child>,
@@ -173,6 +173,30 @@ pub fn records(prefix: &str, count: usize) -> Vec<Record> {
 
 pub fn batch(prefix: &str, count: usize) -> Bytes {
     encode_batch(&records(prefix, count), shardlog::log::now_ms() as i64, ProducerFields::NONE)
+}
+
+/// A whole request frame (size prefix, v1 header without a client id, body)
+/// of API key `api_key`, for tests that write raw bytes: pipelines, split
+/// frames, keys no Kafka has.
+pub fn request_frame(api_key: i16, version: i16, correlation: i32, body: impl FnOnce(&mut Writer)) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.i16(api_key);
+    w.i16(version);
+    w.i32(correlation);
+    w.nullable_string(None);
+    body(&mut w);
+    let body = w.into_bytes();
+    let mut frame = (body.len() as i32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    frame
+}
+
+/// The next response frame on `conn`, checked to answer `correlation`
+/// (a connection's answers come in request order), past its header.
+pub fn read_answer(conn: &mut Connection, correlation: i32) -> Reader {
+    let mut reader = Reader::new(conn.read_frame().expect("a response frame"));
+    assert_eq!(reader.i32().expect("a correlation id"), correlation, "answers in request order");
+    reader
 }
 
 /// A Produce request of `records` for one partition.
