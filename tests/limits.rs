@@ -229,8 +229,8 @@ fn ten_thousand_idle_connections_cost_under_10_kib_each() {
 /// and waits for the rest, and the data it stores is the data sent.
 #[test]
 fn a_frame_arriving_in_parts_is_stored_intact() {
-    use shardlog::protocol::produce::{ProducePartition, ProduceRequest, ProduceResponse, ProduceTopic};
-    use shardlog::protocol::{ApiKey, Reader, Writer};
+    use shardlog::protocol::produce::ProduceResponse;
+    use shardlog::protocol::ApiKey;
 
     let broker = Broker::start(1, &[]);
     create_topic(&broker, "parts", 1, &[]);
@@ -242,24 +242,8 @@ fn a_frame_arriving_in_parts_is_stored_intact() {
         })
         .collect();
     let data = encode_batch(&records, 1, ProducerFields::NONE);
-    let request = ProduceRequest {
-        transactional_id: None,
-        acks: 1,
-        timeout_ms: 10_000,
-        topics: vec![ProduceTopic {
-            name: "parts".into(),
-            partitions: vec![ProducePartition { index: 0, records: Some(data.clone()) }],
-        }],
-    };
-    let mut w = Writer::new();
-    w.i16(ApiKey::Produce as i16);
-    w.i16(8);
-    w.i32(42);
-    w.nullable_string(Some("parts-test"));
-    request.encode(&mut w);
-    let body = w.into_bytes();
-    let mut frame = (body.len() as i32).to_be_bytes().to_vec();
-    frame.extend_from_slice(&body);
+    let request = produce_request("parts", 0, data.clone(), 1);
+    let frame = request_frame(ApiKey::Produce as i16, 8, 42, |w| request.encode(w));
 
     let mut conn = broker.connect();
     for (i, part) in frame.chunks(frame.len() / 3 + 1).enumerate() {
@@ -268,8 +252,7 @@ fn a_frame_arriving_in_parts_is_stored_intact() {
         }
         conn.send_raw(part).unwrap();
     }
-    let mut reader = Reader::new(conn.read_frame().expect("a response"));
-    assert_eq!(reader.i32().unwrap(), 42, "correlation id");
+    let mut reader = read_answer(&mut conn, 42);
     let response = ProduceResponse::decode(&mut reader, 8).expect("decodes");
     assert_eq!(response.topics[0].partitions[0].error, ErrorCode::None);
 

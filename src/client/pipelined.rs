@@ -361,7 +361,6 @@ async fn write_loop<W: futures_lite::AsyncWrite + Unpin>(shared: Rc<Shared>, mut
             shared.fail(format!("write: {e}"));
             break;
         }
-        drop(pieces);
         drop(batch);
     }
     let _ = writer.close().await;
