@@ -337,7 +337,7 @@ fn check_log_config(log: &LogConfig) -> Result<(), ConfigError> {
     if log.retention_ms < -1 || log.retention_bytes < -1 {
         return invalid("retention", format!("{}/{}", log.retention_ms, log.retention_bytes), "-1 or a positive value");
     }
-    if !(1024..=64 << 20).contains(&log.batch_bytes_max) {
+    if !(1024..=crate::constants::BATCH_BYTES_MAX_LIMIT).contains(&log.batch_bytes_max) {
         return invalid("max.message.bytes", log.batch_bytes_max.to_string(), "must be 1 KiB .. 64 MiB");
     }
     Ok(())

@@ -30,6 +30,10 @@ pub const FETCH_SESSION_CHANGES_MAX: usize = 65_536;
 /// A fetch session unused this long may be evicted for a new one
 /// (Kafka's `min.incremental.fetch.session.eviction.ms`).
 pub const FETCH_SESSION_EVICTABLE_IDLE_MS: u64 = 120_000;
+/// The largest `max.message.bytes` a topic may set. Recovery checks stored
+/// batches against this, not against the topic's current setting: a topic
+/// whose limit was lowered still holds the larger batches it took before.
+pub const BATCH_BYTES_MAX_LIMIT: usize = 64 << 20;
 /// Sequence ranges remembered per producer and partition (Kafka keeps 5).
 pub const PRODUCER_BATCHES_REMEMBERED: usize = 5;
 /// Producer ids handed out per persisted block.
@@ -57,6 +61,7 @@ const _: () =
     assert!(FETCH_SESSION_PARTITIONS_MAX >= TOPIC_PARTITIONS_MAX as usize, "one session can hold a whole topic");
 const _: () = assert!(IO_MEMORY_BYTES_DEFAULT * 8 <= 8 * 1024 * 1024, "8 cores fit in an 8 MiB memlock limit");
 const _: () = assert!(REQUEST_BYTES_MAX_DEFAULT <= i32::MAX as usize);
+const _: () = assert!(BATCH_BYTES_MAX_LIMIT <= REQUEST_BYTES_MAX_DEFAULT, "a largest batch fits in a request");
 const _: () = assert!(IN_FLIGHT_BYTES_MAX_DEFAULT >= REQUEST_BYTES_MAX_DEFAULT);
 const _: () = assert!(CONNECTIONS_PER_IP_MAX_DEFAULT <= CONNECTIONS_MAX_DEFAULT);
 const _: () = assert!(METRICS_CORE_WAIT_MS < HTTP_READ_TIMEOUT_MS, "a scrape answers before clients give up");

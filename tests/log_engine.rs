@@ -885,3 +885,55 @@ fn a_crash_right_after_the_old_file_took_the_new_name_recovers_an_empty_segment(
         log.close().await.unwrap();
     });
 }
+
+/// A batch of exactly `size` bytes: one record, its value as long as fits.
+fn exact_batch(number: usize, size: usize) -> Bytes {
+    (size.saturating_sub(120)..size)
+        .map(|value_bytes| {
+            let record = Record { value: Some(Bytes::from(vec![number as u8; value_bytes])), ..Record::default() };
+            encode_batch(&[record], number as i64, ProducerFields::NONE)
+        })
+        .find(|batch| batch.len() == size)
+        .unwrap_or_else(|| panic!("no one-record batch of {size} bytes"))
+}
+
+#[test]
+fn a_crash_scan_keeps_batches_whose_header_a_read_chunk_cuts() {
+    // Recovery reads the segment in 1 MiB chunks. A chunk that ends a few
+    // bytes into a batch header holds only the high bytes of its base
+    // offset, zeros for any offset below 2^24: they are not the end of
+    // the log. Each image puts a batch header across the first chunk's
+    // end, k bytes of it before.
+    const CHUNK: usize = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    for k in [1usize, 2, 3, 4, 5, 6, 8, 12, 60, 61] {
+        let mut sent = Vec::new();
+        let mut position = 0;
+        while CHUNK - k - position > 20_000 {
+            sent.push(exact_batch(sent.len(), 16_000));
+            position += 16_000;
+        }
+        sent.push(exact_batch(sent.len(), CHUNK - k - position));
+        sent.extend((0..40).map(|i| exact_batch(100 + i, 5_000)));
+        let original = dir.path().join(format!("original-{k}"));
+        let (p, s) = (original.clone(), sent.clone());
+        run(move || async move {
+            let (log, _) = Log::open(&p, one_segment()).await.unwrap();
+            append_all(&log, &s).await;
+            // No close: the crash image, every batch acknowledged (synced).
+        });
+        // The log file alone (no index): the scan starts at 0, so its
+        // first chunk ends at 1 MiB.
+        let crash = dir.path().join(format!("crash-{k}"));
+        std::fs::create_dir_all(&crash).unwrap();
+        let segment = last_segment(&original);
+        std::fs::copy(&segment, crash.join(segment.file_name().unwrap())).unwrap();
+        let s = sent.clone();
+        run(move || async move {
+            let (log, report) = Log::open(&crash, one_segment()).await.unwrap();
+            assert!(!report.clean_shutdown);
+            assert_eq!(log.log_end_offset(), s.len() as i64, "a header {k} bytes before the chunk's end");
+            same_content(&read_all(&log, 0, 1 << 20).await, &s);
+        });
+    }
+}

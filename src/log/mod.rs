@@ -83,6 +83,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::{Bytes, BytesMut};
 use glommio::sync::Semaphore;
 
+use crate::constants::BATCH_BYTES_MAX_LIMIT;
 use crate::protocol::record_batch::{self, BatchError, BatchHeader};
 use index::{OffsetEntry, SegmentIndex, TimeEntry};
 use recovery::ScanStop;
@@ -244,6 +245,8 @@ struct State {
     /// The write or sync error that stopped the log.
     failed: Option<LogError>,
     closed: bool,
+    /// Closed with everything written, trimmed, indexed and synced.
+    closed_cleanly: bool,
     writer: WriteBehind,
     bytes_since_index_persist: u64,
 }
@@ -500,6 +503,7 @@ impl Log {
             pending_bytes: 0,
             failed: None,
             closed: false,
+            closed_cleanly: false,
             writer: WriteBehind::Idle,
             bytes_since_index_persist: 0,
         };
@@ -670,10 +674,11 @@ impl Log {
     /// first waiter writes for all who queued behind it.
     pub async fn wait_synced(&self, last_offset: i64) -> Result<(), LogError> {
         loop {
-            self.check_failed()?;
+            // Durable is durable, even in a log that failed since.
             if self.inner.state.borrow().synced_end_offset > last_offset {
                 return Ok(());
             }
+            self.check_failed()?;
             let _permit = self.inner.flush_lock.acquire_permit(1).await.map_err(|_| LogError::Closed)?;
             if self.inner.state.borrow().synced_end_offset > last_offset {
                 return Ok(());
@@ -930,14 +935,21 @@ impl Log {
     /// so that the next open need not scan it. The log refuses appends
     /// afterwards.
     pub async fn close(&self) -> Result<(), LogError> {
-        self.close_leaving_marker(true).await
+        self.close_unmarked().await?;
+        self.mark_clean()
     }
 
-    async fn close_leaving_marker(&self, leave_marker: bool) -> Result<(), LogError> {
+    /// Closes like `close` but leaves no clean marker yet: the next open
+    /// scans the last segment and the partition replays it, unless
+    /// `mark_clean` follows. State kept beside the log (the producer
+    /// snapshot) is saved between the two, as of the log's final end.
+    pub async fn close_unmarked(&self) -> Result<(), LogError> {
         let _permit = self.inner.flush_lock.acquire_permit(1).await.map_err(|_| LogError::Closed)?;
         if self.inner.state.borrow().failed.is_none() {
             self.write_and_sync_locked(true).await?;
         }
+        // A writer dropped mid-way may have left writes in flight.
+        drop(self.inner.writes.acquire_permit(WRITES_IN_FLIGHT).await.map_err(|_| LogError::Closed)?);
         self.inner.state.borrow_mut().closed = true;
         self.inner.read_ahead.borrow_mut().close();
         let (file, size, path) = {
@@ -952,31 +964,33 @@ impl Log {
         for file in files {
             file.fdatasync().await.map_err(|e| LogError::io(&path, e.into()))?;
         }
-        if leave_marker && self.inner.state.borrow().failed.is_none() {
-            let end = {
-                let state = self.inner.state.borrow();
-                state.segments.values().next_back().map(|active| {
-                    let end = CleanEnd {
-                        base_offset: active.base_offset,
-                        size_bytes: active.size_bytes,
-                        next_offset: active.next_offset,
-                        max_timestamp: active.max_timestamp,
-                    };
-                    (active.log_path.clone(), end)
-                })
-            };
-            if let Some((log_path, end)) = end {
-                mark_clean(&self.inner.dir, &log_path, &end.encode())?;
-            }
-        }
+        self.inner.state.borrow_mut().closed_cleanly = true;
         Ok(())
     }
 
-    /// Closes like `close` but leaves no clean marker, so the next open
-    /// scans the last segment and the partition replays it: for when state
-    /// kept beside the log (the producer snapshot) could not be saved.
-    pub async fn close_unmarked(&self) -> Result<(), LogError> {
-        self.close_leaving_marker(false).await
+    /// Leaves the clean mark on a log that `close_unmarked` closed without
+    /// a failure: the next open takes the end from it and scans nothing.
+    /// Does nothing to a log that failed or is not closed.
+    pub fn mark_clean(&self) -> Result<(), LogError> {
+        let end = {
+            let state = self.inner.state.borrow();
+            if !state.closed_cleanly || state.failed.is_some() {
+                return Ok(());
+            }
+            state.segments.values().next_back().map(|active| {
+                let end = CleanEnd {
+                    base_offset: active.base_offset,
+                    size_bytes: active.size_bytes,
+                    next_offset: active.next_offset,
+                    max_timestamp: active.max_timestamp,
+                };
+                (active.log_path.clone(), end)
+            })
+        };
+        match end {
+            Some((log_path, end)) => mark_clean(&self.inner.dir, &log_path, &end.encode()),
+            None => Ok(()),
+        }
     }
 
     /// Removes the log's directory (topic deletion). The log must be closed.
@@ -1069,11 +1083,25 @@ impl Log {
     /// once the writes holding all their bytes complete, in order.
     async fn write_segment_locked(&self) -> Result<(), LogError> {
         self.load_tail().await?;
+        let mut in_flight: VecDeque<WriteInFlight> = VecDeque::new();
+        let result = self.write_segment_pipeline(&mut in_flight).await;
+        if result.is_err() {
+            // No write of a failed pass may land after it returns: the
+            // log is reopened from the file (after a full disk) and its
+            // recovery and new appends must not race a write still in
+            // flight. Their data was never acknowledged.
+            for write in in_flight.drain(..) {
+                let _ = write.task.await;
+            }
+        }
+        result
+    }
+
+    async fn write_segment_pipeline(&self, in_flight: &mut VecDeque<WriteInFlight>) -> Result<(), LogError> {
         let mut issued_end = {
             let state = self.inner.state.borrow();
             state.segments.values().next_back().expect("a log always has an active segment").size_bytes
         };
-        let mut in_flight: VecDeque<WriteInFlight> = VecDeque::new();
         loop {
             // A partly filled page is rewritten by the next chunk: every
             // write before it completes first, so the segment's tail is that
@@ -1081,7 +1109,7 @@ impl Log {
             let partial_page = issued_end % PAGE_BYTES != 0;
             let must_drain = partial_page || in_flight.len() as u64 >= WRITES_IN_FLIGHT;
             while must_drain && !in_flight.is_empty() {
-                self.complete_write(&mut in_flight).await?;
+                self.complete_write(in_flight).await?;
                 if !partial_page && (in_flight.len() as u64) < WRITES_IN_FLIGHT {
                     break;
                 }
@@ -1109,7 +1137,7 @@ impl Log {
             issued_end = data_end;
         }
         while !in_flight.is_empty() {
-            self.complete_write(&mut in_flight).await?;
+            self.complete_write(in_flight).await?;
         }
         Ok(())
     }
@@ -1417,7 +1445,8 @@ impl Log {
     }
 
     async fn read_disk(&self, mut offset: i64, max_bytes: usize, high_watermark: i64) -> Result<Vec<Bytes>, LogError> {
-        let batch_bytes_max = self.inner.config.borrow().batch_bytes_max.max(1 << 20);
+        // Stored batches may be larger than the topic's current limit.
+        let batch_bytes_max = BATCH_BYTES_MAX_LIMIT;
         let mut out: Vec<Bytes> = Vec::new();
         let mut bytes = 0usize;
         loop {
@@ -1622,6 +1651,10 @@ struct SegmentEnd {
 /// last index entry that points at the batch it claims, reads and checks
 /// every batch to the end of the file, adding the index entries the crash
 /// lost.
+/// Short reads in a row (no whole batch gained) after which a recovery
+/// scan gives up with an error rather than guess where the log ends.
+const SHORT_READS_MAX: u32 = 8;
+
 async fn scan_segment_end(
     file: &glommio::io::DmaFile,
     log_path: &Path,
@@ -1631,7 +1664,6 @@ async fn scan_segment_end(
     config: &LogConfig,
     report: &mut RecoveryReport,
 ) -> Result<SegmentEnd, LogError> {
-    let batch_bytes_max = config.batch_bytes_max.max(1 << 20);
     let mut start = (0u64, base);
     while let Some(entry) = index.offsets.last().copied() {
         let expected = base + i64::from(entry.relative_offset);
@@ -1649,13 +1681,19 @@ async fn scan_segment_end(
     let (mut position, mut next_offset) = start;
     let mut max_timestamp = index.times.last().map_or(i64::MIN, |t| t.max_timestamp);
     let mut bytes_since_index = 0u64;
-    loop {
-        let len = READ_CHUNK_BYTES.max(batch_bytes_max as u64).min(file_size.saturating_sub(position)) as usize;
-        if len == 0 {
-            break;
-        }
-        let chunk = file.read_at(position, len).await.map_err(|e| LogError::io(log_path, e.into()))?;
-        let scan = recovery::scan(&chunk, next_offset, batch_bytes_max);
+    // Bytes to read next: a chunk, or the whole batch that a chunk cut.
+    let mut wanted = READ_CHUNK_BYTES;
+    let mut reads_without_progress = 0;
+    while position < file_size {
+        // Reads start on a page boundary: glommio sizes the result of an
+        // unaligned read that comes back short as if it were whole, so only
+        // an aligned read says truthfully how many bytes it holds.
+        let aligned = position - position % PAGE_BYTES;
+        let skip = (position - aligned) as usize;
+        let len = (skip as u64 + wanted.min(file_size - position)) as usize;
+        let read = file.read_at(aligned, len).await.map_err(|e| LogError::io(log_path, e.into()))?;
+        let chunk = read.get(skip..).unwrap_or_default();
+        let scan = recovery::scan(chunk, next_offset, BATCH_BYTES_MAX_LIMIT);
         for batch in &scan.batches {
             let batch_position = position + batch.position as u64;
             if bytes_since_index >= config.index_interval_bytes && batch_position > 0 {
@@ -1673,15 +1711,28 @@ async fn scan_segment_end(
         }
         next_offset = scan.next_offset;
         let valid = scan.valid_bytes() as u64;
+        let chunk_end = position + chunk.len() as u64;
         position += valid;
-        match scan.stop {
-            ScanStop::End => {}
-            ScanStop::Incomplete { .. } if position + (len as u64 - valid) < file_size && valid > 0 => continue,
-            _ => break,
-        }
-        if valid == 0 {
+        // Only bytes that were read can end the log: a chunk that ends at
+        // a batch boundary, or inside a batch, before the file does is
+        // followed by reading on (the whole batch at once if it is larger
+        // than a chunk). Cutting at a short read would drop durable data.
+        let needed = match scan.stop {
+            ScanStop::Invalid { .. } => break,
+            ScanStop::End => 0,
+            ScanStop::Incomplete { needed_bytes, .. } => needed_bytes as u64,
+        };
+        if chunk_end >= file_size {
             break;
         }
+        reads_without_progress = if valid == 0 { reads_without_progress + 1 } else { 0 };
+        if reads_without_progress > SHORT_READS_MAX {
+            return Err(LogError::io(
+                log_path,
+                std::io::Error::other(format!("reads at position {position} keep returning short of {needed} bytes")),
+            ));
+        }
+        wanted = READ_CHUNK_BYTES.max(needed);
     }
     report.scanned_bytes += position - start.0;
     Ok(SegmentEnd { position, next_offset, max_timestamp, bytes_since_index })

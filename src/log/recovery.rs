@@ -50,10 +50,11 @@ pub fn scan(data: &[u8], mut next_offset: i64, batch_bytes_max: usize) -> Scan {
             break ScanStop::End;
         }
         if rest.len() < record_batch::HEADER_BYTES {
-            // Either a torn header or zeros; a short zero tail is not a batch.
-            if rest.iter().all(|b| *b == 0) {
-                break ScanStop::Invalid { position };
-            }
+            // Too short to tell: a torn header at the end of the file, or
+            // the start of a whole batch cut by the end of a chunk the
+            // caller read. Zeros prove nothing here: a base offset below
+            // 2^24 begins with five zero bytes. Only the caller knows
+            // whether more bytes follow.
             break ScanStop::Incomplete { position, needed_bytes: record_batch::HEADER_BYTES };
         }
         let header = match BatchHeader::parse(rest, batch_bytes_max) {
@@ -122,6 +123,23 @@ mod tests {
         let scan = scan(&data, 0, 1 << 20);
         assert!(matches!(scan.stop, ScanStop::Invalid { .. }));
         assert_eq!(scan.valid_bytes(), ends[1].0);
+    }
+
+    #[test]
+    fn a_slice_ending_in_the_zero_bytes_of_a_header_is_incomplete_not_invalid() {
+        // A chunk boundary that falls 1..=5 bytes into a header leaves only
+        // the high (zero) bytes of a small base offset in the slice.
+        let (data, ends) = image(&[2, 3, 1]);
+        for extra in 1..record_batch::HEADER_BYTES {
+            let cut = ends[0].0 + extra;
+            let scan = scan(&data[..cut], 0, 1 << 20);
+            assert_eq!(
+                scan.stop,
+                ScanStop::Incomplete { position: ends[0].0, needed_bytes: record_batch::HEADER_BYTES },
+                "{extra} bytes of the next header"
+            );
+            assert_eq!(scan.valid_bytes(), ends[0].0);
+        }
     }
 
     #[test]
