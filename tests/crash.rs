@@ -13,6 +13,7 @@ use bytes::Bytes;
 use common::*;
 use shardlog::client::Connection;
 use shardlog::protocol::init_producer_id::{InitProducerIdRequest, InitProducerIdResponse};
+use shardlog::protocol::produce::ProduceResponse;
 use shardlog::protocol::record_batch::{self, encode_batch, ProducerFields, Record};
 use shardlog::protocol::{ApiKey, ErrorCode};
 
@@ -129,4 +130,141 @@ fn fifty_kills_during_acks_all_produce_lose_and_duplicate_nothing() {
         }
     }
     assert_eq!(seen.len(), producer.acknowledged.len() * RECORDS_PER_BATCH as usize, "nothing unacknowledged either");
+}
+
+/// One idempotent producer on one partition, pipelining up to five batches
+/// on its connection as librdkafka does; a batch unanswered when the
+/// connection dies is sent again, with its sequence, after the restart.
+struct PipelinedProducer {
+    partition: i32,
+    producer_id: i64,
+    /// First sequence of the oldest batch not yet acknowledged.
+    next_unacknowledged: i32,
+}
+
+impl PipelinedProducer {
+    /// Produces until the connection dies or `rounds` batches are answered;
+    /// returns how many were acknowledged. Any answer but success, or
+    /// NOT_LEADER_OR_FOLLOWER from a partition closing for shutdown, fails.
+    fn run(&mut self, conn: &mut Connection, rounds: usize) -> usize {
+        use std::collections::VecDeque;
+        let mut in_flight: VecDeque<(i32, i32)> = VecDeque::new();
+        let mut next_sequence = self.next_unacknowledged;
+        let mut correlation = 0;
+        let mut acknowledged = 0;
+        loop {
+            // Up to five in flight, and a pause before each send once
+            // answers come (as a producer's linger), so that the broker
+            // sees idle moments between requests, as it does in life.
+            if !in_flight.is_empty() {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            while in_flight.len() < 5 && acknowledged + in_flight.len() < rounds {
+                correlation += 1;
+                let request = produce_request("term", self.partition, batch_for(self.producer_id, next_sequence), -1);
+                let frame = request_frame(ApiKey::Produce as i16, 8, correlation, |w| request.encode(w));
+                if conn.send_raw(&frame).is_err() {
+                    return acknowledged;
+                }
+                in_flight.push_back((correlation, next_sequence));
+                next_sequence += RECORDS_PER_BATCH;
+            }
+            let Some((expected, sequence)) = in_flight.pop_front() else { return acknowledged };
+            let Ok(frame) = conn.read_frame() else { return acknowledged };
+            let mut reader = shardlog::protocol::wire::Reader::new(frame);
+            assert_eq!(reader.i32().unwrap(), expected, "answers in order");
+            let answer = shardlog::client::decode(reader, 8, ProduceResponse::decode).unwrap();
+            let p = &answer.topics[0].partitions[0];
+            match p.error {
+                ErrorCode::None => {
+                    assert_eq!(sequence, self.next_unacknowledged, "acknowledged in sequence order");
+                    self.next_unacknowledged += RECORDS_PER_BATCH;
+                    acknowledged += 1;
+                }
+                // The partition closed for the shutdown: retried after it.
+                ErrorCode::NotLeaderOrFollower => return acknowledged,
+                other => panic!("partition {}: produce of sequence {sequence} failed with {other:?}", self.partition),
+            }
+        }
+    }
+}
+
+/// The producer state a partition's snapshot holds, and what a replay of
+/// the partition's whole log rebuilds, read from its directory.
+fn snapshot_and_replay(dir: std::path::PathBuf) -> (Option<i64>, i64, ProducerState, ProducerState) {
+    use shardlog::log::{Log, LogConfig};
+    use shardlog::shard::partition::Partition;
+    glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .io_memory(1 << 20)
+        .spawn(move || async move {
+            let (log, report) = Log::open(&dir, LogConfig::default()).await.unwrap();
+            assert!(report.clean_shutdown, "{}: SIGTERM closes cleanly", dir.display());
+            let partition = Partition::new("term".into(), 0, log.clone());
+            let (offset, snapshot) =
+                partition.read_snapshot().map_or((None, ProducerState::new()), |(o, s)| (Some(o), s));
+            partition.replay_whole_log().await.unwrap();
+            let end = log.log_end_offset();
+            let replayed = partition.producer_state();
+            log.close().await.unwrap();
+            (offset, end, snapshot, replayed)
+        })
+        .unwrap()
+        .join()
+        .unwrap()
+}
+
+type ProducerState = std::collections::BTreeMap<i64, (i16, Vec<(i32, i32, i64)>)>;
+
+#[test]
+fn sigterm_under_load_leaves_a_producer_snapshot_as_whole_as_the_log() {
+    let mut broker = Broker::start(1, &["--flush", "always"]);
+    create_topic(&broker, "term", 3, &[]);
+    let mut conn = broker.connect();
+    // Several producers per partition: each connection may carry one last
+    // request into the shutdown, and any of them landing after the
+    // snapshot was taken, before the log closed, made it stale.
+    let mut producers: Vec<PipelinedProducer> = (0..12)
+        .map(|n| {
+            let request = InitProducerIdRequest { transactional_id: None, transaction_timeout_ms: 60_000 };
+            let reader = conn.request(ApiKey::InitProducerId, 1, |w| request.encode(w, 1)).unwrap();
+            let producer_id = shardlog::client::decode(reader, 1, InitProducerIdResponse::decode).unwrap().producer_id;
+            PipelinedProducer { partition: n % 3, producer_id, next_unacknowledged: 0 }
+        })
+        .collect();
+    let mut seed = 11u64;
+    for round in 0..10 {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let stop_after = Duration::from_millis(150 + (seed >> 33) % 400);
+        let pid = broker.child.as_ref().unwrap().id() as i32;
+        let workers: Vec<_> = producers
+            .drain(..)
+            .map(|mut producer| {
+                let mut conn = broker.connect();
+                std::thread::spawn(move || {
+                    producer.run(&mut conn, usize::MAX);
+                    producer
+                })
+            })
+            .collect();
+        std::thread::sleep(stop_after);
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        producers = workers.into_iter().map(|w| w.join().unwrap()).collect();
+        let status = broker.child.take().unwrap().wait().unwrap();
+        assert_eq!(status.code(), Some(0), "round {round}: a clean exit");
+        for partition in 0..3 {
+            let dir = broker.data_dir().join(format!("term-{partition}"));
+            let (offset, end, snapshot, replayed) = snapshot_and_replay(dir);
+            if !replayed.is_empty() {
+                assert_eq!(offset, Some(end), "round {round}: the snapshot covers the whole log");
+                assert_eq!(snapshot, replayed, "round {round}: the snapshot is what a replay rebuilds");
+            }
+        }
+        broker.spawn();
+        // The producers go on where they stopped, the unanswered batches
+        // first, each acknowledged (appended now, or a duplicate).
+        for producer in &mut producers {
+            let mut conn = broker.connect();
+            assert_eq!(producer.run(&mut conn, 20), 20, "round {round}: the producer goes on after the restart");
+        }
+    }
 }

@@ -167,3 +167,51 @@ fn eio_on_fdatasync_stops_that_partition_until_restart_and_loses_nothing_acknowl
     let p1 = fetch(&mut conn, "eio", 1, 0, 0, 1);
     assert_eq!(p1.topics[0].partitions[0].high_watermark, 4, "the healthy partition kept its records");
 }
+
+fn idempotent_batch(producer_id: i64, base_sequence: i32, prefix: &str) -> Bytes {
+    let records: Vec<Record> = (0..3)
+        .map(|i| Record { value: Some(Bytes::from(format!("{prefix}-{i}"))), offset_delta: i, ..Record::default() })
+        .collect();
+    encode_batch(&records, 1_000, ProducerFields { producer_id, producer_epoch: 0, base_sequence })
+}
+
+#[test]
+fn a_retry_of_an_idempotent_batch_whose_write_failed_is_not_acknowledged() {
+    use shardlog::protocol::init_producer_id::{InitProducerIdRequest, InitProducerIdResponse};
+    use shardlog::protocol::ApiKey;
+    let mut broker = Broker::start_with_env(1, &[], &[("SHARDLOG_INJECT_FAULT", "retry/0=sync-eio")]);
+    create_topic(&broker, "retry", 1, &[("flush", "always")]);
+    let mut conn = broker.connect();
+    let request = InitProducerIdRequest { transactional_id: None, transaction_timeout_ms: 60_000 };
+    let reader = conn.request(ApiKey::InitProducerId, 1, |w| request.encode(w, 1)).unwrap();
+    let producer_id = shardlog::client::decode(reader, 1, InitProducerIdResponse::decode).unwrap().producer_id;
+    let first = produce(&mut conn, "retry", 0, idempotent_batch(producer_id, 0, "first"), -1);
+    assert_eq!(first.topics[0].partitions[0].error, ErrorCode::KafkaStorageError);
+    // The producer retries the same batch, as librdkafka does after a
+    // storage error. It was never made durable: no success may answer it.
+    let retry = produce(&mut conn, "retry", 0, idempotent_batch(producer_id, 0, "first"), -1);
+    assert_eq!(
+        retry.topics[0].partitions[0].error,
+        ErrorCode::KafkaStorageError,
+        "a retry is acknowledged only once its first attempt is durable"
+    );
+    // After a restart (the disk healthy) the retry is stored exactly once:
+    // appended now, or found on disk where the failed sync's write landed.
+    broker.env.clear();
+    broker.restart();
+    let mut conn = broker.connect();
+    let after = produce(&mut conn, "retry", 0, idempotent_batch(producer_id, 0, "first"), -1);
+    let p = &after.topics[0].partitions[0];
+    assert_eq!(p.error, ErrorCode::None);
+    let next = produce(&mut conn, "retry", 0, idempotent_batch(producer_id, 3, "second"), -1);
+    assert_eq!(next.topics[0].partitions[0].error, ErrorCode::None, "the producer's next sequence follows");
+    let read = fetch(&mut conn, "retry", 0, 0, 0, 1);
+    let stored: Vec<String> = read.topics[0].partitions[0]
+        .records
+        .iter()
+        .flat_map(|batch| record_batch::decode_records(batch).unwrap())
+        .map(|record| String::from_utf8(record.value.unwrap().to_vec()).unwrap())
+        .collect();
+    assert_eq!(stored, ["first-0", "first-1", "first-2", "second-0", "second-1", "second-2"]);
+    assert_eq!(p.base_offset, 0);
+}

@@ -488,11 +488,20 @@ impl Shard {
             Err(code) => return ProducePartitionResponse::error(index, code),
         };
         let mut first_offset = None;
+        // The last offset the answer waits for: of the batches appended
+        // here, and of those this request repeats.
         let mut last_appended = None;
         for (data, header) in batches {
             match partition.check_sequence(&header) {
                 Ok(SequenceCheck::Duplicate { base_offset }) => {
+                    // A retry is answered as its first attempt would have
+                    // been: once that batch is done under the flush policy.
+                    // Answering at once acknowledged batches whose first
+                    // attempt was still waiting for the disk, or had failed
+                    // with the log (full disk), and were then lost.
                     first_offset.get_or_insert(base_offset);
+                    let last = base_offset + i64::from(header.last_offset_delta);
+                    last_appended = last_appended.max(Some(last));
                 }
                 Ok(SequenceCheck::Append) => match log.append(owned_for_cache(data, request_bytes), &header) {
                     Ok(appended) => {
@@ -724,17 +733,25 @@ impl Shard {
         }
         let partitions: Vec<Rc<Partition>> = self.partitions.borrow().values().cloned().collect();
         // Closing is a write, a trim and an fdatasync per log: many at once.
+        // The order makes the next start trust only what is whole: the log
+        // is closed first (its last appends written and synced), then the
+        // producer snapshot is saved as of its final end, and only then is
+        // the log marked clean. A snapshot taken before the close missed
+        // the batches still being written, and the clean start that
+        // trusted it rejected the producer's next sequence.
         let closing = futures::stream::iter(partitions)
             .map(|partition| async move {
-                let closed = match partition.snapshot_producers().await {
-                    Ok(()) => partition.log.close().await,
-                    Err(err) => {
-                        tracing::error!(topic = %partition.topic, partition = partition.index, error = %err, "writing producer snapshot failed; the next start replays the log");
-                        partition.log.close_unmarked().await
-                    }
-                };
-                if let Err(err) = closed {
-                    tracing::error!(topic = %partition.topic, partition = partition.index, error = %err, "closing log failed");
+                let (topic, index) = (&partition.topic, partition.index);
+                if let Err(err) = partition.log.close_unmarked().await {
+                    tracing::error!(%topic, partition = index, error = %err, "closing log failed");
+                    return;
+                }
+                if let Err(err) = partition.snapshot_producers().await {
+                    tracing::error!(%topic, partition = index, error = %err, "writing producer snapshot failed; the next start replays the log");
+                    return;
+                }
+                if let Err(err) = partition.log.mark_clean() {
+                    tracing::error!(%topic, partition = index, error = %err, "marking the log clean failed; the next start scans it");
                 }
             })
             .buffer_unordered(PARTITION_OPEN_CONCURRENCY);
@@ -927,6 +944,11 @@ impl Shard {
     async fn reopen(&self, failed: &Rc<Partition>) {
         let key = (failed.topic.to_string(), failed.index);
         let config = failed.log.config();
+        // The failed log lets go of its files first: no write of its may
+        // land after the new log's recovery has cut the file.
+        if let Err(err) = failed.log.close_unmarked().await {
+            tracing::debug!(topic = %key.0, partition = key.1, error = %err, "closing a failed log before reopening it");
+        }
         match Log::open(failed.log.dir().to_path_buf(), config).await {
             Ok((log, report)) => {
                 let partition = Rc::new(Partition::new(key.0.clone(), key.1, log));
@@ -1060,9 +1082,10 @@ pub fn log_error_code(err: &LogError) -> ErrorCode {
         LogError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
         LogError::Batch(batch) => batch.error_code(),
         LogError::BatchTooLarge { .. } => ErrorCode::MessageTooLarge,
-        LogError::Io { .. } | LogError::Failed(_) | LogError::Closed | LogError::Corrupt { .. } => {
-            ErrorCode::KafkaStorageError
-        }
+        // Closed for shutdown (or deletion): the partition is leaving this
+        // node, and a client retries elsewhere or after the restart.
+        LogError::Closed => ErrorCode::NotLeaderOrFollower,
+        LogError::Io { .. } | LogError::Failed(_) | LogError::Corrupt { .. } => ErrorCode::KafkaStorageError,
     }
 }
 

@@ -12,7 +12,16 @@
 //! producer had touched, thousands of file replaces every few seconds with
 //! thousands of partitions. After a kill -9 the replay reads at most the
 //! active segment, which recovery scans anyway; after a clean shutdown
-//! there is nothing to replay (the shutdown's snapshot is current).
+//! there is nothing to replay: the shutdown closes the log (its last
+//! appends written and synced), then saves the snapshot as of the log's
+//! end, then marks the log clean. The replay past the snapshot still runs
+//! on a clean start (it reads nothing when the snapshot is current).
+//!
+//! A retried idempotent batch (a duplicate of one the state remembers) is
+//! answered once the first attempt is done under the flush policy, as
+//! Kafka's produce purgatory does: never sooner, so a retry cannot be
+//! acknowledged while its first attempt waits for the disk or after it
+//! failed with the log.
 //!
 //! ```text
 //! producers: "SLPROD01" | crc32 (of the rest) u32 LE | snapshot_offset i64 BE | count u32 BE |
@@ -20,7 +29,7 @@
 //! ```
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
 
 use crate::constants::PRODUCER_BATCHES_REMEMBERED;
@@ -78,21 +87,30 @@ impl Partition {
     }
 
     /// Rebuilds producer state: the snapshot, then the batches after it.
-    /// After a clean shutdown the snapshot alone: the shutdown wrote it
-    /// whenever an idempotent batch came after the one on disk (and left
-    /// the log unmarked, so this replays, when it could not).
+    /// After a clean shutdown the snapshot is current (the shutdown writes
+    /// it after the log's last append, as of the log's end, and marks the
+    /// log clean only once it is saved), so the replay past it reads
+    /// nothing; it runs all the same, so that a snapshot older than its
+    /// log can never vouch for it. Without a snapshot, a clean shutdown
+    /// means no idempotent batch was written since the last one.
     pub async fn restore_producers(&self, clean_shutdown: bool) -> Result<(), crate::log::LogError> {
         let path = self.log.dir().join(SNAPSHOT_FILE);
         let snapshot = std::fs::read(&path).ok().and_then(|raw| decode_snapshot(&raw));
         self.has_snapshot.set(snapshot.is_some());
-        let (mut offset, producers) =
-            snapshot.unwrap_or_else(|| (self.log.active_segment_base_offset(), HashMap::new()));
-        *self.producers.borrow_mut() = producers;
-        offset = offset.clamp(self.log.log_start_offset(), self.log.high_watermark());
-        self.replay_from.set(offset);
-        if clean_shutdown {
+        if clean_shutdown && snapshot.is_none() {
+            self.replay_from.set(self.log.active_segment_base_offset());
             return Ok(());
         }
+        let (offset, producers) = snapshot.unwrap_or_else(|| (self.log.active_segment_base_offset(), HashMap::new()));
+        *self.producers.borrow_mut() = producers;
+        let offset = offset.clamp(self.log.log_start_offset(), self.log.high_watermark());
+        self.replay_from.set(offset);
+        self.replay_producers_from(offset).await
+    }
+
+    /// Records the sequences of every idempotent batch from `offset` to the
+    /// high-water mark.
+    async fn replay_producers_from(&self, mut offset: i64) -> Result<(), crate::log::LogError> {
         while offset < self.log.high_watermark() {
             let read = self.log.read(offset, 1 << 20).await?;
             let Some(last) = read.batches.last() else { break };
@@ -109,10 +127,41 @@ impl Partition {
         Ok(())
     }
 
-    /// Writes the producer snapshot if it changed (write, then rename): at
-    /// a clean shutdown.
+    /// Writes the producer snapshot (write, then rename) at a clean
+    /// shutdown, after the log is closed: if it changed, or if one exists
+    /// and the log has grown past it, so that the next start replays
+    /// nothing.
     pub async fn snapshot_producers(&self) -> std::io::Result<()> {
-        self.write_snapshot(|partition| partition.producers_dirty.get()).await
+        self.write_snapshot(|partition| {
+            partition.producers_dirty.get()
+                || (partition.has_snapshot.get() && partition.replay_from.get() < partition.log.durable_end_offset())
+        })
+        .await
+    }
+
+    /// The producer state as a restore would rebuild it: each producer's
+    /// epoch and remembered (first sequence, last sequence, base offset)
+    /// of its recent batches, by producer id. For checks and tests.
+    pub fn producer_state(&self) -> BTreeMap<i64, (i16, Vec<(i32, i32, i64)>)> {
+        let producers = self.producers.borrow();
+        producers.iter().map(|(id, entry)| (*id, (entry.epoch, entry.batches.iter().copied().collect()))).collect()
+    }
+
+    /// Rebuilds the producer state from the whole log, ignoring any
+    /// snapshot: what a snapshot must agree with. For checks and tests.
+    pub async fn replay_whole_log(&self) -> Result<(), crate::log::LogError> {
+        self.producers.borrow_mut().clear();
+        self.replay_producers_from(self.log.log_start_offset()).await
+    }
+
+    /// The snapshot on disk, if there is a valid one: its offset and the
+    /// producer state it holds, as `producer_state` shows it.
+    pub fn read_snapshot(&self) -> Option<(i64, BTreeMap<i64, (i16, Vec<(i32, i32, i64)>)>)> {
+        let raw = std::fs::read(self.log.dir().join(SNAPSHOT_FILE)).ok()?;
+        let (offset, producers) = decode_snapshot(&raw)?;
+        let state =
+            producers.into_iter().map(|(id, entry)| (id, (entry.epoch, entry.batches.into_iter().collect()))).collect();
+        Some((offset, state))
     }
 
     /// Writes the producer snapshot if a restore would otherwise replay
