@@ -213,7 +213,7 @@ fn snapshot_and_replay(dir: std::path::PathBuf) -> (Option<i64>, i64, ProducerSt
         .unwrap()
 }
 
-type ProducerState = std::collections::BTreeMap<i64, (i16, Vec<(i32, i32, i64)>)>;
+use shardlog::shard::partition::ProducerState;
 
 #[test]
 fn sigterm_under_load_leaves_a_producer_snapshot_as_whole_as_the_log() {

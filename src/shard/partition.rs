@@ -37,6 +37,10 @@ use crate::log::Log;
 use crate::protocol::record_batch::BatchHeader;
 use crate::protocol::ErrorCode;
 
+/// Producer state as checks see it: by producer id, its epoch and the
+/// (first sequence, last sequence, base offset) of its recent batches.
+pub type ProducerState = BTreeMap<i64, (i16, Vec<(i32, i32, i64)>)>;
+
 pub struct Partition {
     /// Shared with the fetch sessions' keys and change log.
     pub topic: Rc<str>,
@@ -142,7 +146,7 @@ impl Partition {
     /// The producer state as a restore would rebuild it: each producer's
     /// epoch and remembered (first sequence, last sequence, base offset)
     /// of its recent batches, by producer id. For checks and tests.
-    pub fn producer_state(&self) -> BTreeMap<i64, (i16, Vec<(i32, i32, i64)>)> {
+    pub fn producer_state(&self) -> ProducerState {
         let producers = self.producers.borrow();
         producers.iter().map(|(id, entry)| (*id, (entry.epoch, entry.batches.iter().copied().collect()))).collect()
     }
@@ -156,7 +160,7 @@ impl Partition {
 
     /// The snapshot on disk, if there is a valid one: its offset and the
     /// producer state it holds, as `producer_state` shows it.
-    pub fn read_snapshot(&self) -> Option<(i64, BTreeMap<i64, (i16, Vec<(i32, i32, i64)>)>)> {
+    pub fn read_snapshot(&self) -> Option<(i64, ProducerState)> {
         let raw = std::fs::read(self.log.dir().join(SNAPSHOT_FILE)).ok()?;
         let (offset, producers) = decode_snapshot(&raw)?;
         let state =
