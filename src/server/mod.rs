@@ -1,7 +1,9 @@
-//! The broker process: one glommio executor per core, each with its shard,
-//! inbox, maintenance task and listener; signal handling and clean shutdown.
+//! The broker process: the data directory's lock, one glommio executor per
+//! core, each with its shard, inbox, maintenance task and listener; signal
+//! handling and clean shutdown.
 
 pub mod connection;
+pub mod data_lock;
 pub mod handlers;
 pub mod http;
 pub mod limits;
@@ -26,6 +28,8 @@ pub enum ServeError {
     Metadata(#[from] metadata::MetadataError),
     #[error("data directory {path}: {source}")]
     DataDir { path: String, source: std::io::Error },
+    #[error("{0}")]
+    DataDirLock(#[from] data_lock::DataDirLockError),
     #[error("core {core}: {message}")]
     Core { core: usize, message: String },
 }
@@ -51,6 +55,8 @@ pub fn serve(config: ServeConfig) -> Result<(), ServeError> {
     raise_open_files_limit();
     std::fs::create_dir_all(&config.data)
         .map_err(|source| ServeError::DataDir { path: config.data.display().to_string(), source })?;
+    // Held until this function returns, after every core has stopped.
+    let _data_lock = data_lock::DataDirLock::acquire(&config.data)?;
     let mut durable = metadata::load(&config.data)?.unwrap_or_default();
     if durable.cluster_id.is_empty() {
         durable.cluster_id = format!("shardlog-{:016x}", crate::log::now_ms() ^ u64::from(std::process::id()));
