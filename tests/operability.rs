@@ -310,6 +310,41 @@ fn a_second_broker_on_the_same_data_directory_is_refused_and_the_first_keeps_ser
     assert_eq!(fetched.topics[0].partitions[0].records.len(), 1, "the first broker still serves its data");
 }
 
+#[test]
+fn a_taken_kafka_port_ends_start_with_an_error_naming_the_core_once_and_the_port() {
+    for core in 0..2u16 {
+        let port = free_ports(2);
+        let _held = std::net::TcpListener::bind(("127.0.0.1", port + core)).expect("hold a port");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = dir.path().display().to_string();
+        let (status, stderr) = serve_until_exit(
+            &["--data", &data, "--port", &port.to_string(), "--cores", "2", "--metrics-port", "0"],
+            Duration::from_secs(15),
+        );
+        assert!(!status.success(), "{stderr}");
+        let error =
+            stderr.lines().find(|l| l.starts_with("shardlog: ")).unwrap_or_else(|| panic!("no error: {stderr}"));
+        let taken = port + core;
+        assert!(error.starts_with(&format!("shardlog: core {core}: cannot listen on 127.0.0.1:{taken}: ")), "{error}");
+        assert_eq!(error.matches("core ").count(), 1, "names the core once: {error}");
+    }
+}
+
+#[test]
+fn a_taken_metrics_port_ends_start_with_an_error_naming_the_port() {
+    let metrics_port = free_ports(1);
+    let _held = std::net::TcpListener::bind(("127.0.0.1", metrics_port)).expect("hold a port");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().display().to_string();
+    let port = free_ports(2).to_string();
+    let (status, stderr) = serve_until_exit(
+        &["--data", &data, "--port", &port, "--cores", "2", "--metrics-port", &metrics_port.to_string()],
+        Duration::from_secs(15),
+    );
+    assert!(!status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("cannot listen for metrics on 127.0.0.1:{metrics_port}")), "{stderr}");
+}
+
 /// Whether the process may use transparent huge pages (its PR_SET_THP_DISABLE flag).
 fn thp_enabled(broker: &Broker) -> bool {
     status_field(broker.child.as_ref().expect("running").id(), "THP_enabled:") == "1"
