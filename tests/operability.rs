@@ -322,9 +322,10 @@ fn a_taken_kafka_port_ends_start_with_an_error_naming_the_core_once_and_the_port
             Duration::from_secs(15),
         );
         assert!(!status.success(), "{stderr}");
+        let taken = port + core;
+        assert!(stderr.contains(&format!("address in use; retrying address=127.0.0.1:{taken}")), "{stderr}");
         let error =
             stderr.lines().find(|l| l.starts_with("shardlog: ")).unwrap_or_else(|| panic!("no error: {stderr}"));
-        let taken = port + core;
         assert!(error.starts_with(&format!("shardlog: core {core}: cannot listen on 127.0.0.1:{taken}: ")), "{error}");
         assert_eq!(error.matches("core ").count(), 1, "names the core once: {error}");
     }
@@ -342,6 +343,8 @@ fn a_taken_metrics_port_ends_start_with_an_error_naming_the_port() {
         Duration::from_secs(15),
     );
     assert!(!status.success(), "{stderr}");
+    // The retry is said, not silent, and the error ends the process.
+    assert!(stderr.contains(&format!("address in use; retrying address=127.0.0.1:{metrics_port}")), "{stderr}");
     assert!(stderr.contains(&format!("cannot listen for metrics on 127.0.0.1:{metrics_port}")), "{stderr}");
 }
 
