@@ -50,9 +50,8 @@ impl DataDirLock {
             }
             Err(TryLockError::Error(source)) => return Err(io(source)),
         }
-        file.set_len(0).map_err(io)?;
-        file.rewind().map_err(io)?;
-        writeln!(file, "{}", std::process::id()).map_err(io)?;
+        // The pid only serves the refusal message: a full disk must not stop a start.
+        let _ = file.set_len(0).and_then(|()| file.rewind()).and_then(|()| writeln!(file, "{}", std::process::id()));
         Ok(Self { _file: file })
     }
 }
