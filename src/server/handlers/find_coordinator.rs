@@ -1,6 +1,6 @@
 //! FindCoordinator: the node of the core a group hashes to (in shared-port
 //! mode, the single advertised node, which forwards). Transactional ids
-//! have no coordinator: see `transactions_unsupported`.
+//! have no coordinator: see `TRANSACTIONS_UNSUPPORTED`.
 
 use std::rc::Rc;
 
@@ -15,8 +15,8 @@ pub const TRANSACTIONS_UNSUPPORTED_MESSAGE: &str = "transactions are not support
 
 /// The answer to a transactional-id lookup (and to InitProducerId with a
 /// transactional id) while shardlog has no transaction coordinator.
-/// TRANSACTIONAL_ID_AUTHORIZATION_FAILED, because it is fatal to every
-/// client: librdkafka (`rd_kafka_txn_handle_FindCoordinator`,
+/// TRANSACTIONAL_ID_AUTHORIZATION_FAILED, because clients give up on it at
+/// once: librdkafka (`rd_kafka_txn_handle_FindCoordinator`,
 /// `rd_kafka_idemp_check_error`) fails `init_transactions` at once with it
 /// (or with CLUSTER_AUTHORIZATION_FAILED), and retries any other code
 /// (COORDINATOR_NOT_AVAILABLE, UNSUPPORTED_VERSION, INVALID_REQUEST, ...)
