@@ -54,6 +54,11 @@ pub const HTTP_READ_TIMEOUT_MS: u64 = 5_000;
 /// How long a scrape waits for each core's snapshot (a core still recovering
 /// or already stopped is left out).
 pub const METRICS_CORE_WAIT_MS: u64 = 2_000;
+/// How long a core retries a listening port in use before its start fails
+/// (after a kill -9 the old process's socket outlives it for a moment).
+pub const BIND_RETRY_MS: u64 = 10_000;
+/// How long shutdown waits for each core to close its logs.
+pub const SHUTDOWN_CORE_WAIT_MS: u64 = 30_000;
 
 const _: () = assert!(CONNECTION_IN_FLIGHT_MAX >= 5, "idempotent producers pipeline 5 requests");
 const _: () = assert!(PRODUCER_BATCHES_REMEMBERED == 5);
@@ -65,3 +70,4 @@ const _: () = assert!(BATCH_BYTES_MAX_LIMIT <= REQUEST_BYTES_MAX_DEFAULT, "a lar
 const _: () = assert!(IN_FLIGHT_BYTES_MAX_DEFAULT >= REQUEST_BYTES_MAX_DEFAULT);
 const _: () = assert!(CONNECTIONS_PER_IP_MAX_DEFAULT <= CONNECTIONS_MAX_DEFAULT);
 const _: () = assert!(METRICS_CORE_WAIT_MS < HTTP_READ_TIMEOUT_MS, "a scrape answers before clients give up");
+const _: () = assert!(BIND_RETRY_MS < SHUTDOWN_CORE_WAIT_MS, "a core still binding when start fails stops in time");

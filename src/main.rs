@@ -110,7 +110,7 @@ struct ServeArgs {
     /// TOML configuration file (keys as the long flags, with '_' for '-'; topic defaults under [topic]).
     #[arg(long, env = "SHARDLOG_CONFIG")]
     config: Option<PathBuf>,
-    /// Data directory [default: ./data].
+    /// Data directory, locked (`.lock`) while the broker runs [default: ./data].
     #[arg(long, env = "SHARDLOG_DATA")]
     data: Option<PathBuf>,
     /// Cores to run, one executor each; 0 = all online cores [default: 0].

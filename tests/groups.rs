@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use common::*;
@@ -11,6 +12,7 @@ use shardlog::client::groups::{GroupAdmin, ResetTarget};
 use shardlog::client::Connection;
 use shardlog::protocol::find_coordinator::{FindCoordinatorRequest, FindCoordinatorResponse};
 use shardlog::protocol::heartbeat::{HeartbeatRequest, HeartbeatResponse};
+use shardlog::protocol::list_groups::{ListGroupsRequest, ListGroupsResponse};
 use shardlog::protocol::offset_commit::{
     OffsetCommitPartition, OffsetCommitRequest, OffsetCommitResponse, OffsetCommitTopic,
 };
@@ -57,6 +59,62 @@ fn committed(conn: &mut Connection, group: &str, topic: &str, partitions: &[i32]
     let answer = shardlog::client::decode(reader, 5, OffsetFetchResponse::decode).unwrap();
     assert_eq!(answer.error, ErrorCode::None);
     answer.topics[0].partitions.iter().map(|p| p.committed_offset).collect()
+}
+
+/// The group ids one node answers ListGroups with.
+fn listed_groups(conn: &mut Connection) -> BTreeSet<String> {
+    let reader = conn.request(ApiKey::ListGroups, 2, |w| ListGroupsRequest {}.encode(w, 2)).unwrap();
+    let answer = shardlog::client::decode(reader, 2, ListGroupsResponse::decode).unwrap();
+    assert_eq!(answer.error, ErrorCode::None);
+    answer.groups.into_iter().map(|g| g.group_id).collect()
+}
+
+/// Eight groups with committed offsets, each committed through its
+/// coordinator; the groups by the port of the node that coordinates them.
+fn groups_by_coordinator_port(broker: &Broker, topic: &str) -> BTreeMap<u16, BTreeSet<String>> {
+    let mut by_port: BTreeMap<u16, BTreeSet<String>> = BTreeMap::new();
+    for i in 0..8 {
+        let group = format!("listed-{i}");
+        let port = coordinator(broker, &group).port as u16;
+        let answer = commit(&mut broker.connect_port(port), &group, topic, &[(0, 1)]);
+        assert_eq!(answer.topics[0].partitions[0].error, ErrorCode::None);
+        by_port.entry(port).or_default().insert(group);
+    }
+    by_port
+}
+
+#[test]
+fn each_node_lists_only_the_groups_it_coordinates_and_group_list_shows_each_once() {
+    let broker = Broker::start(2, &[]);
+    create_topic(&broker, "tracked", 1, &[]);
+    let by_port = groups_by_coordinator_port(&broker, "tracked");
+    assert_eq!(by_port.len(), 2, "groups spread over both cores: {by_port:?}");
+    let (mut listed_count, mut every) = (0, BTreeSet::new());
+    for core in 0..2u16 {
+        let port = broker.port + core;
+        let listed = listed_groups(&mut broker.connect_port(port));
+        assert_eq!(listed, by_port[&port], "the node of core {core} lists the groups it coordinates");
+        listed_count += listed.len();
+        every.extend(listed);
+    }
+    assert_eq!((listed_count, every.len()), (8, 8), "each group listed by exactly one node");
+    let mut admin = GroupAdmin::connect(&broker.bootstrap()).unwrap();
+    let shown: Vec<String> = admin.list().unwrap().into_iter().map(|g| g.group_id).collect();
+    assert_eq!(shown, every.into_iter().collect::<Vec<_>>(), "group list asks every node");
+}
+
+#[test]
+fn in_shared_port_mode_the_one_node_lists_every_group() {
+    let broker = Broker::start(2, &["--listener", "shared"]);
+    create_topic(&broker, "tracked", 1, &[]);
+    let by_port = groups_by_coordinator_port(&broker, "tracked");
+    let every: BTreeSet<String> = by_port.into_values().flatten().collect();
+    assert_eq!(every.len(), 8);
+    assert_eq!(listed_groups(&mut broker.connect()), every);
+    let mut admin = GroupAdmin::connect(&broker.bootstrap()).unwrap();
+    let shown: Vec<String> = admin.list().unwrap().into_iter().map(|g| g.group_id).collect();
+    assert_eq!(shown.len(), every.len(), "each group once: {shown:?}");
+    assert_eq!(shown.into_iter().collect::<BTreeSet<_>>(), every);
 }
 
 #[test]

@@ -257,6 +257,97 @@ fn metrics_port_that_collides_with_a_kafka_port_is_refused() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("metrics-port"));
 }
 
+/// Runs `shardlog serve ARGS`, which must end by itself within `limit`:
+/// its exit status and what it wrote to stderr. One still running at
+/// `limit` is killed and fails the test.
+fn serve_until_exit(args: &[&str], limit: Duration) -> (std::process::ExitStatus, String) {
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shardlog"))
+        .arg("serve")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start shardlog");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return (status, reader.join().expect("stderr reader"));
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            let text = reader.join().expect("stderr reader");
+            panic!("`shardlog serve {}` still running after {limit:?}; it wrote:\n{text}", args.join(" "));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_second_broker_on_the_same_data_directory_is_refused_and_the_first_keeps_serving() {
+    let broker = Broker::start(1, &[]);
+    let data = broker.data_dir().display().to_string();
+    let other_port = free_ports(1).to_string();
+    let (status, stderr) = serve_until_exit(
+        &["--data", &data, "--port", &other_port, "--cores", "1", "--metrics-port", "0"],
+        Duration::from_secs(5),
+    );
+    assert!(!status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("data directory {data} is in use by another shardlog process")), "{stderr}");
+    assert!(stderr.contains(&format!("{data}/.lock")), "{stderr}");
+
+    create_topic(&broker, "still-served", 1, &[]);
+    let mut conn = broker.connect();
+    let produced = produce(&mut conn, "still-served", 0, batch("kept", 3), 1);
+    assert_eq!(produced.topics[0].partitions[0].error, ErrorCode::None);
+    let fetched = fetch(&mut conn, "still-served", 0, 0, 0, 1);
+    assert_eq!(fetched.topics[0].partitions[0].records.len(), 1, "the first broker still serves its data");
+}
+
+#[test]
+fn a_taken_kafka_port_ends_start_with_an_error_naming_the_core_once_and_the_port() {
+    for core in 0..2u16 {
+        let port = free_ports(2);
+        let _held = std::net::TcpListener::bind(("127.0.0.1", port + core)).expect("hold a port");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = dir.path().display().to_string();
+        let (status, stderr) = serve_until_exit(
+            &["--data", &data, "--port", &port.to_string(), "--cores", "2", "--metrics-port", "0"],
+            Duration::from_secs(15),
+        );
+        assert!(!status.success(), "{stderr}");
+        let taken = port + core;
+        assert!(stderr.contains(&format!("address in use; retrying address=127.0.0.1:{taken}")), "{stderr}");
+        let error =
+            stderr.lines().find(|l| l.starts_with("shardlog: ")).unwrap_or_else(|| panic!("no error: {stderr}"));
+        assert!(error.starts_with(&format!("shardlog: core {core}: cannot listen on 127.0.0.1:{taken}: ")), "{error}");
+        assert_eq!(error.matches("core ").count(), 1, "names the core once: {error}");
+    }
+}
+
+#[test]
+fn a_taken_metrics_port_ends_start_with_an_error_naming_the_port() {
+    let metrics_port = free_ports(1);
+    let _held = std::net::TcpListener::bind(("127.0.0.1", metrics_port)).expect("hold a port");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().display().to_string();
+    let port = free_ports(2).to_string();
+    let (status, stderr) = serve_until_exit(
+        &["--data", &data, "--port", &port, "--cores", "2", "--metrics-port", &metrics_port.to_string()],
+        Duration::from_secs(15),
+    );
+    assert!(!status.success(), "{stderr}");
+    // The retry is said, not silent, and the error ends the process.
+    assert!(stderr.contains(&format!("address in use; retrying address=127.0.0.1:{metrics_port}")), "{stderr}");
+    assert!(stderr.contains(&format!("cannot listen for metrics on 127.0.0.1:{metrics_port}")), "{stderr}");
+}
+
 /// Whether the process may use transparent huge pages (its PR_SET_THP_DISABLE flag).
 fn thp_enabled(broker: &Broker) -> bool {
     status_field(broker.child.as_ref().expect("running").id(), "THP_enabled:") == "1"

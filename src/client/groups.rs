@@ -2,6 +2,7 @@
 //! `kafka-consumer-groups` does): list, describe with lag, delete, and reset
 //! committed offsets of an empty group.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::{decode, ClientError, Connection};
@@ -68,11 +69,23 @@ impl GroupAdmin {
         Ok(Self { bootstrap: Connection::connect(bootstrap, Duration::from_secs(10))?, address: bootstrap.into() })
     }
 
+    /// Every group of the cluster, once each, by group id. A node lists only
+    /// the groups it coordinates, so this asks every node Metadata names.
     pub fn list(&mut self) -> Result<Vec<ListedGroup>, GroupAdminError> {
-        let reader = self.bootstrap.request(ApiKey::ListGroups, 2, |w| ListGroupsRequest {}.encode(w, 2))?;
-        let answer = decode(reader, 2, ListGroupsResponse::decode)?;
-        check("list groups", answer.error)?;
-        Ok(answer.groups)
+        let request = MetadataRequest { topics: Some(Vec::new()), allow_auto_topic_creation: false };
+        let reader = self.bootstrap.request(ApiKey::Metadata, 8, |w| request.encode(w, 8))?;
+        let metadata = decode(reader, 8, MetadataResponse::decode)?;
+        // Keyed by id: a group listed by two nodes (a broker that lists every
+        // core's groups on every node) still shows once.
+        let mut groups = BTreeMap::new();
+        for node in &metadata.brokers {
+            let mut connection = self.connect_node(&node.host, node.port)?;
+            let reader = connection.request(ApiKey::ListGroups, 2, |w| ListGroupsRequest {}.encode(w, 2))?;
+            let answer = decode(reader, 2, ListGroupsResponse::decode)?;
+            check(format!("list groups of node {}", node.node_id), answer.error)?;
+            groups.extend(answer.groups.into_iter().map(|group| (group.group_id.clone(), group)));
+        }
+        Ok(groups.into_values().collect())
     }
 
     /// A connection to the group's coordinator node.
@@ -81,12 +94,13 @@ impl GroupAdmin {
         let reader = self.bootstrap.request(ApiKey::FindCoordinator, 2, |w| request.encode(w, 2))?;
         let answer = decode(reader, 2, FindCoordinatorResponse::decode)?;
         check(format!("find coordinator of {group_id}"), answer.error)?;
-        let host = if answer.host.is_empty() {
-            self.address.rsplit_once(':').map_or("127.0.0.1", |(h, _)| h).to_string()
-        } else {
-            answer.host
-        };
-        Ok(Connection::connect((host.as_str(), answer.port as u16), Duration::from_secs(10))?)
+        self.connect_node(&answer.host, answer.port)
+    }
+
+    /// A connection to a node a broker named; an empty host is the bootstrap's.
+    fn connect_node(&self, host: &str, port: i32) -> Result<Connection, GroupAdminError> {
+        let host = if host.is_empty() { self.address.rsplit_once(':').map_or("127.0.0.1", |(h, _)| h) } else { host };
+        Ok(Connection::connect((host, port as u16), Duration::from_secs(10))?)
     }
 
     pub fn describe(&mut self, group_id: &str) -> Result<(DescribedGroup, Vec<PartitionLag>), GroupAdminError> {

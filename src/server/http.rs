@@ -29,6 +29,7 @@ use glommio::net::{TcpListener, TcpStream};
 use crate::config::{ListenerMode, ServeConfig};
 use crate::constants::{HTTP_CONNECTIONS_MAX, HTTP_READ_TIMEOUT_MS, HTTP_REQUEST_BYTES_MAX, METRICS_CORE_WAIT_MS};
 use crate::metrics::{self, CoreSnapshot, DiskSpace, ScrapeContext};
+use crate::server::CoreStartError;
 use crate::shard::{Shard, ShardId, ShardMessage};
 
 /// Readiness of the whole process, shared by `serve` (which sets it) and
@@ -70,14 +71,14 @@ pub async fn start(
     shard: &Rc<Shard>,
     config: &ServeConfig,
     health: Arc<Health>,
-) -> Result<Option<glommio::Task<()>>, String> {
+) -> Result<Option<glommio::Task<()>>, CoreStartError> {
     if config.metrics_port == 0 {
         return Ok(None);
     }
     let address = SocketAddr::new(config.host, config.metrics_port);
     let listener = super::bind_with_retry(address, ListenerMode::PerCore)
         .await
-        .map_err(|err| format!("cannot listen for metrics on {address}: {err} (set --metrics-port, 0 disables)"))?;
+        .map_err(|source| CoreStartError::MetricsListen { address, source })?;
     tracing::info!(%address, "metrics and health endpoint listening");
     Ok(Some(glommio::spawn_local(run(shard.clone(), listener, health))))
 }

@@ -1,13 +1,16 @@
-//! The broker process: one glommio executor per core, each with its shard,
-//! inbox, maintenance task and listener; signal handling and clean shutdown.
+//! The broker process: the data directory's lock, one glommio executor per
+//! core, each with its shard, inbox, maintenance task and listener; signal
+//! handling and clean shutdown. A core that cannot start ends the process.
 
 pub mod connection;
+pub mod data_lock;
 pub mod handlers;
 pub mod http;
 pub mod limits;
 pub mod listener;
 
 use std::net::SocketAddr;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,8 +29,12 @@ pub enum ServeError {
     Metadata(#[from] metadata::MetadataError),
     #[error("data directory {path}: {source}")]
     DataDir { path: String, source: std::io::Error },
-    #[error("core {core}: {message}")]
-    Core { core: usize, message: String },
+    #[error("{0}")]
+    DataDirLock(#[from] data_lock::DataDirLockError),
+    #[error("core {core}: {source}")]
+    Core { core: usize, source: Box<CoreStartError> },
+    #[error("core {core}: cannot start its executor: {source}")]
+    Spawn { core: usize, source: glommio::GlommioError<()> },
 }
 
 /// The image a node starts from: its cores as nodes, plus what was persisted.
@@ -45,12 +52,17 @@ pub fn initial_image(config: &ServeConfig, durable: PersistedMetadata) -> Metada
     MetadataImage { version: 1, nodes, controller: NodeId(config.node_id_base), durable }
 }
 
-/// Runs the broker until SIGTERM or SIGINT, then shuts down cleanly.
+/// Runs the broker until SIGTERM or SIGINT, then shuts down cleanly. A core
+/// that cannot start (a port in use, a log it cannot open) ends the
+/// process: the cores that did start are shut down cleanly and the error,
+/// naming that core, is returned.
 pub fn serve(config: ServeConfig) -> Result<(), ServeError> {
     config.validate()?;
     raise_open_files_limit();
     std::fs::create_dir_all(&config.data)
         .map_err(|source| ServeError::DataDir { path: config.data.display().to_string(), source })?;
+    // Held until this function returns, after every core has stopped.
+    let _data_lock = data_lock::DataDirLock::acquire(&config.data)?;
     let mut durable = metadata::load(&config.data)?.unwrap_or_default();
     if durable.cluster_id.is_empty() {
         durable.cluster_id = format!("shardlog-{:016x}", crate::log::now_ms() ^ u64::from(std::process::id()));
@@ -61,51 +73,147 @@ pub fn serve(config: ServeConfig) -> Result<(), ServeError> {
     let cores = config.core_count();
     let (senders, receivers): (Vec<_>, Vec<_>) =
         (0..cores).map(|_| flume::bounded::<ShardMessage>(constants::INBOX_DEPTH)).unzip();
-    let (ready_tx, ready_rx) = flume::unbounded::<Result<usize, String>>();
+    // Each core reports once (see `StartReport`): a bound of one per core.
+    let (ready_tx, ready_rx) = flume::bounded::<StartOutcome>(cores);
     let limits = limits::ConnectionLimits::new(config.connections_max, config.connections_per_ip_max);
     let health = http::Health::new();
     let mut handles = Vec::with_capacity(cores);
+    let mut spawn_failure = None;
     let online = std::thread::available_parallelism().map_or(1, |n| n.get());
     for (core, inbox) in receivers.into_iter().enumerate() {
         let placement = if config.pin && cores <= online { Placement::Fixed(core) } else { Placement::Unbound };
-        let (config, image, senders, ready, limits, health) =
-            (config.clone(), image.clone(), senders.clone(), ready_tx.clone(), limits.clone(), health.clone());
-        let handle = LocalExecutorBuilder::new(placement)
+        let start = CoreStart {
+            core,
+            config: config.clone(),
+            image: image.clone(),
+            senders: senders.clone(),
+            inbox,
+            report: StartReport { core, sender: Some(ready_tx.clone()) },
+            limits: limits.clone(),
+            health: health.clone(),
+        };
+        let spawned = LocalExecutorBuilder::new(placement)
             .name(&format!("shardlog-core-{core}"))
             .io_memory(config.io_memory_bytes)
             .spin_before_park(Duration::from_micros(0))
-            .spawn(move || run_core(CoreStart { core, config, image, senders, inbox, ready, limits, health }))
-            .map_err(|e| ServeError::Core { core, message: e.to_string() })?;
-        handles.push(handle);
+            .spawn(move || run_core(start));
+        match spawned {
+            Ok(handle) => handles.push(handle),
+            Err(source) => {
+                spawn_failure = Some(ServeError::Spawn { core, source });
+                break;
+            }
+        }
     }
     drop(ready_tx);
-    for _ in 0..cores {
-        match ready_rx.recv() {
-            Ok(Ok(_)) => {}
-            Ok(Err(message)) => return Err(ServeError::Core { core: 0, message }),
-            Err(_) => return Err(ServeError::Core { core: 0, message: "a core exited during start".into() }),
-        }
+    let started = match spawn_failure {
+        Some(err) => Err(err),
+        None => wait_until_started(&ready_rx, cores),
+    };
+    if let Err(err) = started {
+        stop_after_failed_start(&senders, handles);
+        return Err(err);
     }
     health.set_started();
     tracing::info!(cores, port = config.port, listener = ?config.listener, data = %config.data.display(), "shardlog serving");
     wait_for_signal();
     health.set_stopping();
     tracing::info!("shutting down");
+    stop_cores(&senders);
+    for handle in handles {
+        let _ = handle.join();
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Why a core could not start. `ServeError::Core` names the core, so these
+/// messages do not.
+#[derive(Debug, thiserror::Error)]
+pub enum CoreStartError {
+    #[error("cannot listen for metrics on {address}: {source} (set --metrics-port, 0 disables)")]
+    MetricsListen { address: SocketAddr, source: std::io::Error },
+    #[error("opening partitions failed: {0}")]
+    Partitions(crate::shard::ShardError),
+    #[error("opening the group offsets log failed: {0}")]
+    Groups(crate::shard::groups::GroupServiceError),
+    #[error("cannot listen on {address}: {source}")]
+    Listen { address: SocketAddr, source: std::io::Error },
+    #[error("its executor ended before the core started")]
+    Exited,
+}
+
+/// One core's report on its start.
+struct StartOutcome {
+    core: usize,
+    result: Result<(), CoreStartError>,
+}
+
+/// A core's one report to `serve`. A core that ends without reporting (its
+/// executor failed to build, or it panicked) reports `Exited` when this is
+/// dropped: `serve` waits for every core's report, and the cores that serve
+/// keep their reports' senders alive for as long as they serve, so a core
+/// that vanished silently would leave `serve` waiting for ever.
+struct StartReport {
+    core: usize,
+    sender: Option<flume::Sender<StartOutcome>>,
+}
+
+impl StartReport {
+    fn send(mut self, result: Result<(), CoreStartError>) {
+        if let Some(sender) = self.sender.take() {
+            let _ = sender.send(StartOutcome { core: self.core, result });
+        }
+    }
+}
+
+impl Drop for StartReport {
+    fn drop(&mut self) {
+        if let Some(sender) = self.sender.take() {
+            let _ = sender.send(StartOutcome { core: self.core, result: Err(CoreStartError::Exited) });
+        }
+    }
+}
+
+/// Waits for every core's report; the first failure ends the wait.
+fn wait_until_started(ready: &flume::Receiver<StartOutcome>, cores: usize) -> Result<(), ServeError> {
+    for _ in 0..cores {
+        let outcome = ready.recv().expect("each core reports once, before its report's sender goes");
+        if let Err(source) = outcome.result {
+            return Err(ServeError::Core { core: outcome.core, source: Box::new(source) });
+        }
+    }
+    Ok(())
+}
+
+/// Asks every core to shut down and waits for each to close its logs (bounded).
+fn stop_cores(senders: &[flume::Sender<ShardMessage>]) {
     let mut waits = Vec::new();
-    for sender in &senders {
+    for sender in senders {
         let (done, wait) = flume::bounded(1);
         if sender.send(ShardMessage::Shutdown { done }).is_ok() {
             waits.push(wait);
         }
     }
     for wait in waits {
-        let _ = wait.recv_timeout(Duration::from_secs(30));
+        let _ = wait.recv_timeout(Duration::from_millis(constants::SHUTDOWN_CORE_WAIT_MS));
+    }
+}
+
+/// After a core failed to start: asks every core to shut down and waits for
+/// every core's thread to end. A core that failed has ended or is ending; one
+/// that serves shuts down; one still starting finds the request once it
+/// serves, or fails too. It joins the threads rather than wait for each
+/// core's `done`: a request queued to a core that then ends is never
+/// answered, and `senders` keeps it, and its `done`, alive.
+fn stop_after_failed_start(senders: &[flume::Sender<ShardMessage>], handles: Vec<glommio::ExecutorJoinHandle<()>>) {
+    for sender in senders {
+        let (done, _) = flume::bounded(1);
+        let _ = sender.send(ShardMessage::Shutdown { done });
     }
     for handle in handles {
         let _ = handle.join();
     }
-    tracing::info!("stopped");
-    Ok(())
 }
 
 /// Every segment is an open file: lift the soft descriptor limit to the hard
@@ -139,12 +247,17 @@ fn wait_for_signal() {
 
 /// After a kill -9 the previous process's listening socket can outlive it
 /// for a moment (io_uring tears down asynchronously); retry a busy port for
-/// a few seconds before giving up.
+/// `BIND_RETRY_MS` before giving up, saying so once.
 async fn bind_with_retry(address: SocketAddr, mode: ListenerMode) -> std::io::Result<glommio::net::TcpListener> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + Duration::from_millis(constants::BIND_RETRY_MS);
+    let mut said = false;
     loop {
         match listener::bind(address, mode) {
             Err(err) if err.kind() == std::io::ErrorKind::AddrInUse && std::time::Instant::now() < deadline => {
+                if !said {
+                    tracing::warn!(%address, retry_ms = constants::BIND_RETRY_MS, "address in use; retrying");
+                    said = true;
+                }
                 glommio::timer::sleep(Duration::from_millis(100)).await;
             }
             other => return other,
@@ -159,44 +272,65 @@ struct CoreStart {
     image: Arc<MetadataImage>,
     senders: Vec<flume::Sender<ShardMessage>>,
     inbox: flume::Receiver<ShardMessage>,
-    ready: flume::Sender<Result<usize, String>>,
+    report: StartReport,
     limits: Arc<limits::ConnectionLimits>,
     health: Arc<http::Health>,
 }
 
 async fn run_core(start: CoreStart) {
-    let CoreStart { core, config, image, senders, inbox, ready, limits, health } = start;
+    let CoreStart { core, config, image, senders, inbox, report, limits, health } = start;
     crate::log::set_core_cache_bytes_max(config.cache_bytes_max);
     let shard = Shard::new(ShardId(core as u32), config.clone(), image.clone(), senders);
     // Core 0 serves /metrics and /v1/ready from before recovery until it stops.
     let http = if core == 0 { http::start(&shard, &config, health).await } else { Ok(None) };
     let _http = match http {
         Ok(task) => task,
-        Err(message) => {
-            let _ = ready.send(Err(message));
-            return;
-        }
+        Err(err) => return report.send(Err(err)),
     };
-    if let Err(err) = shard.apply_image(image).await {
-        let _ = ready.send(Err(format!("core {core}: opening partitions failed: {err}")));
-        return;
-    }
-    if let Err(err) = shard.open_groups().await {
-        let _ = ready.send(Err(format!("core {core}: opening the group offsets log failed: {err}")));
-        return;
-    }
-    let port = config.port + if config.listener == ListenerMode::PerCore { core as u16 } else { 0 };
-    let listener = match bind_with_retry(SocketAddr::new(config.host, port), config.listener).await {
+    let listener = match open_and_bind(&shard, image, core).await {
         Ok(listener) => listener,
         Err(err) => {
-            let _ = ready.send(Err(format!("core {core}: cannot listen on {}:{port}: {err}", config.host)));
-            return;
+            // Whatever it opened closes cleanly: the next start needs no recovery.
+            shard.shutdown().await;
+            return report.send(Err(err));
         }
     };
     glommio::spawn_local(shard.clone().run_maintenance()).detach();
     glommio::spawn_local(crate::metrics::run_task_delay_probe(shard.clone())).detach();
     let inbox_task = glommio::spawn_local(shard.clone().run_inbox(inbox));
-    let _ = ready.send(Ok(core));
+    report.send(Ok(()));
     listener::run(shard.clone(), listener, limits).await;
     inbox_task.await;
+}
+
+/// Recovers the core's partitions and group offsets, then binds its port.
+async fn open_and_bind(
+    shard: &Rc<Shard>,
+    image: Arc<MetadataImage>,
+    core: usize,
+) -> Result<glommio::net::TcpListener, CoreStartError> {
+    shard.apply_image(image).await.map_err(CoreStartError::Partitions)?;
+    shard.open_groups().await.map_err(CoreStartError::Groups)?;
+    let config = &shard.config;
+    let port = config.port + if config.listener == ListenerMode::PerCore { core as u16 } else { 0 };
+    let address = SocketAddr::new(config.host, port);
+    bind_with_retry(address, config.listener).await.map_err(|source| CoreStartError::Listen { address, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_core_that_ends_without_reporting_fails_the_start_instead_of_hanging_it() {
+        let (sender, ready) = flume::bounded(2);
+        // A core that serves keeps its sender for as long as it serves.
+        let _serving = sender.clone();
+        StartReport { core: 0, sender: Some(sender.clone()) }.send(Ok(()));
+        drop(StartReport { core: 1, sender: Some(sender) });
+        match wait_until_started(&ready, 2) {
+            Err(ServeError::Core { core: 1, source }) if matches!(*source, CoreStartError::Exited) => {}
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -923,7 +923,8 @@ impl Shard {
         }
     }
 
-    /// ListGroups: every core's groups.
+    /// Every core's groups (ListGroups in shared-port mode, where one node
+    /// stands for all cores).
     pub async fn list_all_groups(self: &Rc<Self>) -> Vec<groups::GroupAnswer> {
         let mut answers = Vec::new();
         for shard in 0..self.shard_count() as u32 {

@@ -188,6 +188,28 @@ def test_idempotent_producer_across_restart(broker2, ck_consumer):
     assert_partitions_match(expected_by_partition(records, murmur2_partition), consumed)
 
 
+def test_init_transactions_fails_fast_and_idempotence_still_works(broker2, ck_consumer):
+    """Transactions are not supported: init_transactions fails at once with a
+    fatal error saying so (not after its whole timeout with _TIMED_OUT), and
+    an idempotent producer that starts afterwards works as before."""
+    transactional = Producer({
+        "bootstrap.servers": broker2.bootstrap,
+        "transactional.id": unique_topic("ck-txn"),
+    })
+    started = time.monotonic()
+    with pytest.raises(KafkaException) as raised:
+        transactional.init_transactions(10)
+    elapsed = time.monotonic() - started
+    error = raised.value.args[0]
+    assert elapsed < 3, f"init_transactions took {elapsed:.1f}s to fail: {error}"
+    assert error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error
+    assert error.fatal() and not error.retriable(), error
+    assert "transactions are not supported by shardlog" in error.str(), error
+
+    records = make_records(1000, seed=18)
+    roundtrip(broker2, ck_consumer, records, **{"enable.idempotence": True})
+
+
 def test_admin(broker2, ck_consumer):
     admin = AdminClient({"bootstrap.servers": broker2.bootstrap})
     topic = unique_topic("ck-admin")

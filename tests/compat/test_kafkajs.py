@@ -10,6 +10,7 @@ import base64
 import json
 import shutil
 import subprocess
+import zlib
 
 import pytest
 
@@ -147,3 +148,24 @@ def test_admin(broker2, tmp_path):
     assert len(grown["partitions"]) == PARTITIONS + 2
 
     assert topic not in out["listedAfterDelete"]
+
+
+def test_list_groups_shows_each_group_once(broker, tmp_path):
+    """admin.listGroups() asks every node and concatenates: each node must
+    list only the groups it coordinates (in shared-port mode, the one node
+    lists them all), so that every group shows exactly once."""
+    topic = broker.create_topic(unique_topic("js-groups"), partitions=1)
+    # Three groups per core (a group lives on core crc32(group) % cores).
+    groups, per_core = [], [0] * broker.cores
+    for i in range(1000):
+        group = f"{topic}-group-{i}"
+        core = zlib.crc32(group.encode()) % broker.cores
+        if per_core[core] < 3:
+            per_core[core] += 1
+            groups.append(group)
+    assert per_core == [3] * broker.cores
+    for group in groups:
+        broker.cli("group", "reset-offsets", group, "--topic", topic, "--to-earliest", "-b", broker.bootstrap)
+    out = run_js(tmp_path, "listGroups", dict(brokers=[broker.bootstrap]))
+    listed = sorted(g["groupId"] for g in out["groups"])
+    assert listed == sorted(groups)

@@ -1,21 +1,34 @@
 //! FindCoordinator: the node of the core a group hashes to (in shared-port
-//! mode, the single advertised node, which forwards).
+//! mode, the single advertised node, which forwards). Transactional ids
+//! have no coordinator: see `TRANSACTIONS_UNSUPPORTED`.
 
 use std::rc::Rc;
 
 use super::{respond, response, Outcome};
-use crate::protocol::find_coordinator::{FindCoordinatorRequest, FindCoordinatorResponse};
+use crate::protocol::find_coordinator::{FindCoordinatorRequest, FindCoordinatorResponse, KEY_TYPE_GROUP};
 use crate::protocol::{DecodeResult, ErrorCode, Reader, Request};
 use crate::shard::Shard;
 
-const KEY_TYPE_GROUP: i8 = 0;
+/// Why a transactional producer cannot start, in the answer's error message
+/// (versions 1 and up; librdkafka and the Java client show it).
+pub const TRANSACTIONS_UNSUPPORTED_MESSAGE: &str = "transactions are not supported by shardlog";
+
+/// The answer to a transactional-id lookup (and to InitProducerId with a
+/// transactional id) while shardlog has no transaction coordinator.
+/// TRANSACTIONAL_ID_AUTHORIZATION_FAILED, because clients give up on it at
+/// once: librdkafka (`rd_kafka_txn_handle_FindCoordinator`,
+/// `rd_kafka_idemp_check_error`) fails `init_transactions` at once with it
+/// (or with CLUSTER_AUTHORIZATION_FAILED), and retries any other code
+/// (COORDINATOR_NOT_AVAILABLE, UNSUPPORTED_VERSION, INVALID_REQUEST, ...)
+/// until the caller's timeout runs out; the Java client fails at once too.
+pub const TRANSACTIONS_UNSUPPORTED: ErrorCode = ErrorCode::TransactionalIdAuthorizationFailed;
 
 pub fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -> DecodeResult<Outcome> {
     let version = request.header.api_version;
     let body = FindCoordinatorRequest::decode(reader, version)?;
     let answer = if body.key_type != KEY_TYPE_GROUP {
-        let mut answer = FindCoordinatorResponse::error(ErrorCode::CoordinatorNotAvailable);
-        answer.error_message = Some("transactions are not supported".into());
+        let mut answer = FindCoordinatorResponse::error(TRANSACTIONS_UNSUPPORTED);
+        answer.error_message = Some(TRANSACTIONS_UNSUPPORTED_MESSAGE.into());
         answer
     } else {
         let image = shard.image();

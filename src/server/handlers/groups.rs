@@ -7,6 +7,7 @@
 use std::rc::Rc;
 
 use super::{respond, response, Outcome};
+use crate::config::ListenerMode;
 use crate::group::{ClientInfo, GroupResponse};
 use crate::protocol::delete_groups::{DeleteGroupsRequest, DeleteGroupsResponse, DeletedGroup};
 use crate::protocol::describe_groups::{DescribeGroupsRequest, DescribeGroupsResponse, DescribedGroup};
@@ -167,11 +168,20 @@ pub async fn describe(shard: &Rc<Shard>, request: &Request, reader: &mut Reader)
     finish(request, |w| answer.encode(w, version))
 }
 
+/// ListGroups answers the groups this node coordinates, as a Kafka broker
+/// does; clients that want every group ask every node (kafkajs'
+/// `listGroups`, `shardlog group list`). In per-core mode each core is its
+/// own node and lists its own groups; in shared-port mode the one node
+/// advertised stands for every core and lists them all.
 pub async fn list(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -> DecodeResult<Outcome> {
     let version = request.header.api_version;
     crate::protocol::list_groups::ListGroupsRequest::decode(reader, version)?;
+    let parts = match shard.config.listener {
+        ListenerMode::PerCore => vec![shard.run_group_op(GroupRequest::List).await],
+        ListenerMode::Shared => shard.list_all_groups().await,
+    };
     let mut answer = ListGroupsResponse { throttle_time_ms: 0, error: ErrorCode::None, groups: Vec::new() };
-    for part in shard.list_all_groups().await {
+    for part in parts {
         match part {
             GroupAnswer::List(list) => answer.groups.extend(list.groups),
             _ => answer.error = ErrorCode::CoordinatorNotAvailable,

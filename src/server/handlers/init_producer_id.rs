@@ -1,6 +1,7 @@
 //! InitProducerId: hands out a producer id for idempotent producers. Ids come
 //! from the controller in persisted blocks, so they never repeat across
-//! restarts. Transactions are not supported.
+//! restarts. Transactions are not supported: a transactional id is refused
+//! with the fatal error FindCoordinator gives it.
 
 use std::rc::Rc;
 
@@ -13,8 +14,7 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
     let version = request.header.api_version;
     let body = InitProducerIdRequest::decode(reader, version)?;
     let answer = if body.transactional_id.is_some() {
-        // No transaction coordinator: clients report this clearly.
-        InitProducerIdResponse::error(ErrorCode::CoordinatorNotAvailable)
+        InitProducerIdResponse::error(super::find_coordinator::TRANSACTIONS_UNSUPPORTED)
     } else {
         match shard.admin(AdminOp::AllocateProducerId).await {
             AdminReply::ProducerId(Ok(producer_id)) => {

@@ -14,6 +14,11 @@
 //     metadata, describes its configs, fetches its offsets, deletes it and
 //     lists again; OUT has every answer for the Python side to check.
 //
+//   node roundtrip.js listGroups SPEC.json OUT.json
+//     SPEC: {brokers}
+//     OUT:  admin.listGroups()'s answer, {groups: [{groupId, protocolType}]}
+//     (kafkajs asks every node of the Metadata answer and concatenates).
+//
 // kafkajs has no manual-assignment consumer (its consumer needs groups), so
 // the Python side reads the produced records back with confluent-kafka.
 
@@ -121,15 +126,26 @@ async function admin(spec) {
   return out;
 }
 
+async function listGroups(spec) {
+  const a = client(spec).admin();
+  await a.connect();
+  try {
+    return await a.listGroups();
+  } finally {
+    await a.disconnect();
+  }
+}
+
 async function main() {
   const [command, specPath, outPath] = process.argv.slice(2);
   if (!command || !specPath || !outPath) {
-    throw new Error('usage: roundtrip.js produce|admin SPEC.json OUT.json');
+    throw new Error('usage: roundtrip.js produce|admin|listGroups SPEC.json OUT.json');
   }
   const spec = JSON.parse(fs.readFileSync(specPath, 'utf8'));
   let out;
   if (command === 'produce') out = await produce(spec);
   else if (command === 'admin') out = await admin(spec);
+  else if (command === 'listGroups') out = await listGroups(spec);
   else throw new Error(`unknown command ${command}`);
   fs.writeFileSync(outPath, JSON.stringify(out, null, 1));
 }
