@@ -201,7 +201,7 @@ fn snapshot_and_replay(dir: std::path::PathBuf) -> (Option<i64>, i64, ProducerSt
             assert!(report.clean_shutdown, "{}: SIGTERM closes cleanly", dir.display());
             let partition = Partition::new("term".into(), 0, log.clone());
             let (offset, snapshot) =
-                partition.read_snapshot().map_or((None, ProducerState::new()), |(o, s)| (Some(o), s));
+                partition.read_snapshot().await.map_or((None, ProducerState::new()), |(o, s)| (Some(o), s));
             partition.replay_whole_log().await.unwrap();
             let end = log.log_end_offset();
             let replayed = partition.producer_state();

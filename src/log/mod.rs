@@ -63,14 +63,18 @@
 //! partitions each file read at open is ~10,000 disk reads after a reboot.
 
 mod core_cache;
+pub mod disk;
 pub mod index;
 mod read_ahead;
 pub mod recovery;
 mod segment;
+pub mod sim_disk;
 mod write_behind;
 
 use core_cache::CachingLog;
 pub use core_cache::{core_cache_bytes, set_core_cache_bytes_max, CORE_CACHE_BYTES_MAX_DEFAULT};
+pub use disk::Disk;
+use disk::{File, IoBuffer};
 use read_ahead::ReadAhead;
 pub use read_ahead::{core_read_ahead_bytes, READ_AHEAD_BYTES_MAX};
 
@@ -252,6 +256,7 @@ struct State {
 }
 
 struct Inner {
+    disk: Disk,
     dir: PathBuf,
     config: RefCell<LogConfig>,
     state: RefCell<State>,
@@ -268,11 +273,11 @@ struct Inner {
 
 /// A chunk of the active segment, copied and ready to write.
 struct WritePlan {
-    file: Rc<glommio::io::DmaFile>,
+    file: Rc<File>,
     path: PathBuf,
     /// Page-aligned file position of the buffer.
     position: u64,
-    buffer: glommio::io::DmaBuffer,
+    buffer: IoBuffer,
     /// File position after the last data byte in the buffer.
     data_end: u64,
     /// Pre-allocate the file to this size first.
@@ -280,7 +285,7 @@ struct WritePlan {
 }
 
 struct WriteInFlight {
-    task: glommio::task::JoinHandle<glommio::Result<usize, ()>>,
+    task: glommio::task::JoinHandle<std::io::Result<usize>>,
     path: PathBuf,
     data_len: usize,
     data_end: u64,
@@ -428,35 +433,35 @@ pub fn now_ms() -> u64 {
 impl Log {
     /// Opens (or creates) the log in `dir`, recovering the last segment.
     pub async fn open(dir: impl Into<PathBuf>, config: LogConfig) -> Result<(Log, RecoveryReport), LogError> {
+        Log::open_on(Disk::Real, dir, config).await
+    }
+
+    /// `open` on the given disk (the real one, or the fault tests'
+    /// simulated one).
+    pub async fn open_on(
+        disk: Disk,
+        dir: impl Into<PathBuf>,
+        config: LogConfig,
+    ) -> Result<(Log, RecoveryReport), LogError> {
         let dir = dir.into();
-        // The directory is first looked up through io_uring: after a reboot
-        // that lookup reads the disk, on an io-wq worker while the core
-        // goes on with other logs (a blocking call here, on the core, made
-        // a cold start of ten thousand logs up to 1.5x slower).
-        match glommio::io::Directory::open(&dir).await.map_err(std::io::Error::from) {
-            Ok(opened) => {
-                let _ = opened.close().await;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                std::fs::create_dir_all(&dir).map_err(|e| LogError::io(&dir, e))?
-            }
-            Err(e) => return Err(LogError::io(&dir, e)),
+        disk.create_dir_all(&dir).await.map_err(|e| LogError::io(&dir, e))?;
+        if disk.is_real() {
+            probe_device(&dir).await?;
         }
-        probe_device(&dir).await?;
         // The marker file: on file systems without user xattrs, and from
         // versions before the xattr. Looking for it through io_uring also
         // reads the directory's entries off the core, before the listing
         // below (which, listing first, made cold starts 1.3x slower).
         let marker = dir.join(CLEAN_MARKER);
-        let (clean_shutdown, mut clean_end) = match read_small_file(&marker).await {
+        let (clean_shutdown, mut clean_end) = match disk.read_small_file(&marker).await {
             Ok(Some(raw)) => {
-                glommio::io::remove(&marker).await.map_err(|e| LogError::io(&marker, e.into()))?;
+                disk.remove_if_present(&marker).await.map_err(|e| LogError::io(&marker, e))?;
                 (true, CleanEnd::decode(&raw))
             }
             Ok(None) => (false, None),
             Err(e) => return Err(LogError::io(&marker, e)),
         };
-        let listing = list_dir(&dir)?;
+        let listing = list_dir(&disk, &dir)?;
         let mut base_offsets = listing.segments;
         // A new log has nothing to recover.
         let mut report =
@@ -468,7 +473,7 @@ impl Log {
         for base in base_offsets {
             let is_last = Some(base) == last_base;
             let known_end = if is_last { clean_end.take() } else { None };
-            match open_segment(&dir, base, is_last, known_end, &config, now, &mut report).await {
+            match open_segment(&disk, &dir, base, is_last, known_end, &config, now, &mut report).await {
                 Ok(segment) => {
                     segments.insert(base, segment);
                 }
@@ -476,17 +481,17 @@ impl Log {
                     // Never drop data silently: move the segment aside and say so.
                     let log_path = dir.join(segment::file_name(base, "log"));
                     let aside = log_path.with_extension("log.unreadable");
-                    std::fs::rename(&log_path, &aside).map_err(|e| LogError::io(&log_path, e))?;
+                    disk.rename(&log_path, &aside).await.map_err(|e| LogError::io(&log_path, e))?;
                     tracing::error!(%path, error = %message, moved_to = %aside.display(), "segment cannot be read; moved aside");
                     report.unreadable_segments.push(aside);
                 }
                 Err(other) => return Err(other),
             }
         }
-        let stored_start = if listing.log_start { read_log_start(&dir).await? } else { None };
+        let stored_start = if listing.log_start { read_log_start(&disk, &dir).await? } else { None };
         if segments.is_empty() {
             let base = stored_start.unwrap_or(0);
-            segments.insert(base, Segment::create(&dir, base, now).await?);
+            segments.insert(base, Segment::create(&disk, &dir, base, now).await?);
         }
         report.segments = segments.len();
         let first_base = *segments.keys().next().unwrap_or(&0);
@@ -509,6 +514,7 @@ impl Log {
         };
         let log = Log {
             inner: Rc::new(Inner {
+                disk,
                 dir,
                 config: RefCell::new(config),
                 state: RefCell::new(state),
@@ -524,6 +530,11 @@ impl Log {
 
     pub fn dir(&self) -> &Path {
         &self.inner.dir
+    }
+
+    /// The disk the log lives on (state kept beside it goes there too).
+    pub fn disk(&self) -> &Disk {
+        &self.inner.disk
     }
 
     pub fn config(&self) -> LogConfig {
@@ -840,7 +851,7 @@ impl Log {
                 state.log_start_offset = state.log_start_offset.max(target);
                 state.log_start_offset
             };
-            write_log_start(&self.inner.dir, start).await?;
+            write_log_start(&self.inner.disk, &self.inner.dir, start).await?;
         }
         self.enforce_retention(now_ms()).await?;
         Ok(self.log_start_offset())
@@ -858,12 +869,12 @@ impl Log {
         if doomed.is_empty() {
             return Ok(0);
         }
-        write_log_start(&self.inner.dir, self.log_start_offset()).await?;
+        write_log_start(&self.inner.disk, &self.inner.dir, self.log_start_offset()).await?;
         // Unlinking a large file frees its extents: glommio does it on its
         // blocking-call threads, not on this core's reactor.
         for segment in &doomed {
             for path in [segment.log_path.clone(), segment.index_path("index"), segment.index_path("timeindex")] {
-                remove_if_present(&path).await?;
+                self.remove_if_present(&path).await?;
             }
         }
         tracing::info!(dir = %self.inner.dir.display(), segments = doomed.len(), "retention deleted segments");
@@ -913,21 +924,21 @@ impl Log {
         let recycle = self.inner.config.borrow().recycle_segments;
         if let Some(oldest) = recycle.then(|| self.take_expired(now, 1).pop()).flatten() {
             for path in [oldest.index_path("index"), oldest.index_path("timeindex")] {
-                remove_if_present(&path).await?;
+                self.remove_if_present(&path).await?;
             }
             let old_path = oldest.log_path.clone();
             if let Ok(file) = Rc::try_unwrap(oldest.file) {
                 let _ = file.close().await;
-                match Segment::reuse(&self.inner.dir, &old_path, base, now).await {
+                match Segment::reuse(&self.inner.disk, &self.inner.dir, &old_path, base, now).await {
                     Ok(segment) => return Ok(segment),
                     Err(e) => {
                         tracing::warn!(segment = %old_path.display(), error = %e, "cannot write the new segment over an expired one; creating a new file");
                     }
                 }
             }
-            remove_if_present(&old_path).await?;
+            self.remove_if_present(&old_path).await?;
         }
-        Segment::create(&self.inner.dir, base, now).await
+        Segment::create(&self.inner.disk, &self.inner.dir, base, now).await
     }
 
     /// Writes and syncs everything, persists indexes, trims pre-allocation and
@@ -959,8 +970,7 @@ impl Log {
         };
         file.truncate(size).await.map_err(|e| LogError::io(&path, e.into()))?;
         self.persist_active_index().await?;
-        let files: Vec<Rc<glommio::io::DmaFile>> =
-            self.inner.state.borrow().segments.values().map(|s| s.file.clone()).collect();
+        let files: Vec<Rc<File>> = self.inner.state.borrow().segments.values().map(|s| s.file.clone()).collect();
         for file in files {
             file.fdatasync().await.map_err(|e| LogError::io(&path, e.into()))?;
         }
@@ -988,14 +998,18 @@ impl Log {
             })
         };
         match end {
-            Some((log_path, end)) => mark_clean(&self.inner.dir, &log_path, &end.encode()),
+            Some((log_path, end)) => mark_clean(&self.inner.disk, &self.inner.dir, &log_path, &end.encode()),
             None => Ok(()),
         }
     }
 
     /// Removes the log's directory (topic deletion). The log must be closed.
     pub fn remove_files(&self) -> Result<(), LogError> {
-        std::fs::remove_dir_all(&self.inner.dir).map_err(|e| LogError::io(&self.inner.dir, e))
+        self.inner.disk.remove_dir_all(&self.inner.dir).map_err(|e| LogError::io(&self.inner.dir, e))
+    }
+
+    async fn remove_if_present(&self, path: &Path) -> Result<(), LogError> {
+        self.inner.disk.remove_if_present(path).await.map_err(|e| LogError::io(path, e))
     }
 
     fn check_failed(&self) -> Result<(), LogError> {
@@ -1122,7 +1136,7 @@ impl Log {
                 // io-wq worker threads (fio, 16 KiB O_DIRECT writes: 35% less
                 // kernel CPU). Recovery stops at the zeros past the data and
                 // trims them; close and roll trim to the exact size.
-                plan.file.pre_allocate(target, false).await.map_err(|e| LogError::io(&plan.path, e.into()))?;
+                plan.file.pre_allocate(target).await.map_err(|e| LogError::io(&plan.path, e))?;
                 self.active_mut(|active| active.allocated_bytes = active.allocated_bytes.max(target));
             }
             self.injected(InjectedFault::WriteEio, &plan.path)?;
@@ -1181,7 +1195,7 @@ impl Log {
         };
         let buffer_len = (data_end - start).next_multiple_of(PAGE_BYTES);
         let allocate = active.preallocation_for(start + buffer_len, config.segment_bytes);
-        let mut buffer = active.file.alloc_dma_buffer(buffer_len as usize);
+        let mut buffer = active.file.alloc_buffer(buffer_len as usize);
         let bytes = buffer.as_bytes_mut();
         bytes[..head.len()].copy_from_slice(head);
         let mut position = active.size_bytes;
@@ -1328,8 +1342,9 @@ impl Log {
                 active.index.offsets.len(),
             )
         };
-        segment::write_whole(&path_index, &offsets).await?;
-        segment::write_whole(&path_time, &times).await?;
+        let disk = &self.inner.disk;
+        disk.write_whole(&path_index, &offsets).await.map_err(|e| LogError::io(&path_index, e))?;
+        disk.write_whole(&path_time, &times).await.map_err(|e| LogError::io(&path_time, e))?;
         self.active_mut(|active| active.index_entries_persisted = Some(entries));
         Ok(())
     }
@@ -1381,7 +1396,7 @@ impl Log {
                 _ => return Ok(()),
             }
         };
-        let times = read_index_file(&path).await;
+        let times = read_index_file(&self.inner.disk, &path).await;
         let mut state = self.inner.state.borrow_mut();
         if let Some(segment) = state.segments.get_mut(&base) {
             if !segment.index.merge_times(&times) {
@@ -1610,22 +1625,10 @@ struct DirListing {
     log_start: bool,
 }
 
-/// Unlinks `path` (through io_uring, off the core); a missing file is fine.
-async fn remove_if_present(path: &Path) -> Result<(), LogError> {
-    match glommio::io::remove(path).await.map_err(std::io::Error::from) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(LogError::io(path, e)),
-    }
-}
-
-fn list_dir(dir: &Path) -> Result<DirListing, LogError> {
+fn list_dir(disk: &Disk, dir: &Path) -> Result<DirListing, LogError> {
     let mut out = DirListing { segments: Vec::new(), log_start: false };
-    for entry in std::fs::read_dir(dir).map_err(|e| LogError::io(dir, e))? {
-        let entry = entry.map_err(|e| LogError::io(dir, e))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        match name {
+    for name in disk.list_dir(dir).map_err(|e| LogError::io(dir, e))? {
+        match name.as_str() {
             LOG_START_FILE => out.log_start = true,
             _ => {
                 if let Some(base) =
@@ -1656,7 +1659,7 @@ struct SegmentEnd {
 const SHORT_READS_MAX: u32 = 8;
 
 async fn scan_segment_end(
-    file: &glommio::io::DmaFile,
+    file: &File,
     log_path: &Path,
     base: i64,
     file_size: u64,
@@ -1738,7 +1741,9 @@ async fn scan_segment_end(
     Ok(SegmentEnd { position, next_offset, max_timestamp, bytes_since_index })
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn open_segment(
+    disk: &Disk,
     dir: &Path,
     base: i64,
     is_last: bool,
@@ -1748,16 +1753,16 @@ async fn open_segment(
     report: &mut RecoveryReport,
 ) -> Result<Segment, LogError> {
     let log_path = dir.join(segment::file_name(base, "log"));
-    let file = segment::open_dma(&log_path, false).await?;
+    let file = segment::open(disk, &log_path, false).await?;
     if is_last {
         // The file is open, so its inode is in memory: no disk read here.
-        if let Some(mark) = take_clean_mark(&log_path)? {
+        if let Some(mark) = take_clean_mark(disk, &log_path)? {
             report.clean_shutdown = true;
             clean_end = CleanEnd::decode(&mark);
         }
     }
     let file_size = file.file_size().await.map_err(|e| LogError::io(&log_path, e.into()))?;
-    let offsets = read_index_file(&log_path.with_extension("index")).await;
+    let offsets = read_index_file(disk, &log_path.with_extension("index")).await;
     let mut index = SegmentIndex::decode_offsets(&offsets, file_size);
     // The offset index file holds exactly what was decoded (nothing
     // dropped); the time index is checked when it is read.
@@ -1777,7 +1782,7 @@ async fn open_segment(
             bytes_since_index: clean.size_bytes - index.offsets.last().map_or(0, |entry| u64::from(entry.position)),
         },
         None => {
-            let times = read_index_file(&log_path.with_extension("timeindex")).await;
+            let times = read_index_file(disk, &log_path.with_extension("timeindex")).await;
             index.merge_times(&times);
             // The scan rebuilds entries past the last one it trusts.
             index_entries_persisted = None;
@@ -1842,7 +1847,7 @@ async fn probe_device(dir: &Path) -> Result<(), LogError> {
     }
     let path = dir.join(format!(".probe-{:?}", std::thread::current().id()).replace(['(', ')'], ""));
     std::fs::write(&path, vec![0u8; PAGE_BYTES as usize]).map_err(|e| LogError::io(&path, e))?;
-    let file = segment::open_dma(&path, false).await?;
+    let file = segment::open(&Disk::Real, &path, false).await?;
     let _ = file.close().await;
     std::fs::remove_file(&path).map_err(|e| LogError::io(&path, e))?;
     PROBED_DEVICES.with(|probed| probed.borrow_mut().push(device));
@@ -1850,7 +1855,7 @@ async fn probe_device(dir: &Path) -> Result<(), LogError> {
 }
 
 /// The partly filled last page of a segment whose data ends at `position`.
-async fn read_tail(file: &glommio::io::DmaFile, path: &Path, position: u64) -> Result<Vec<u8>, LogError> {
+async fn read_tail(file: &File, path: &Path, position: u64) -> Result<Vec<u8>, LogError> {
     let tail_len = (position % PAGE_BYTES) as usize;
     if tail_len == 0 {
         return Ok(Vec::new());
@@ -1859,34 +1864,20 @@ async fn read_tail(file: &glommio::io::DmaFile, path: &Path, position: u64) -> R
     Ok(page[..tail_len].to_vec())
 }
 
-/// A small file's content through io_uring; `None` when it does not exist.
-async fn read_small_file(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
-    let file = match glommio::io::BufferedFile::open(path).await.map_err(std::io::Error::from) {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let size = file.file_size().await?;
-    // glommio cannot allocate (and panics on) a zero-length read buffer.
-    let data = if size == 0 { Vec::new() } else { file.read_at(0, size as usize).await?.to_vec() };
-    file.close().await?;
-    Ok(Some(data))
-}
-
 /// An index file's content; a missing or unreadable one is an empty index
 /// (the recovery scan rebuilds what it lacks).
-async fn read_index_file(path: &Path) -> Vec<u8> {
-    read_small_file(path).await.ok().flatten().unwrap_or_default()
+async fn read_index_file(disk: &Disk, path: &Path) -> Vec<u8> {
+    disk.read_small_file(path).await.ok().flatten().unwrap_or_default()
 }
 
 /// Leaves the clean mark on the active segment (`log_path`), or in a
 /// `clean` file in `dir` where the file system has no user xattrs.
-fn mark_clean(dir: &Path, log_path: &Path, mark: &[u8]) -> Result<(), LogError> {
-    match xattr::set(log_path, CLEAN_XATTR, mark) {
+fn mark_clean(disk: &Disk, dir: &Path, log_path: &Path, mark: &[u8]) -> Result<(), LogError> {
+    match disk.set_xattr(log_path, CLEAN_XATTR, mark) {
         Ok(()) => Ok(()),
         Err(e) if is_unsupported(&e) => {
             let marker = dir.join(CLEAN_MARKER);
-            std::fs::write(&marker, mark).map_err(|e| LogError::io(&marker, e))
+            disk.write_small_file(&marker, mark).map_err(|e| LogError::io(&marker, e))
         }
         Err(e) => Err(LogError::io(log_path, e)),
     }
@@ -1895,8 +1886,8 @@ fn mark_clean(dir: &Path, log_path: &Path, mark: &[u8]) -> Result<(), LogError> 
 /// Reads and removes the clean mark of a segment. A mark that cannot be
 /// removed fails the open: left in place, it could vouch for a segment
 /// that changed after a later crash.
-fn take_clean_mark(log_path: &Path) -> Result<Option<Vec<u8>>, LogError> {
-    let mark = match xattr::get(log_path, CLEAN_XATTR) {
+fn take_clean_mark(disk: &Disk, log_path: &Path) -> Result<Option<Vec<u8>>, LogError> {
+    let mark = match disk.get_xattr(log_path, CLEAN_XATTR) {
         Ok(mark) => mark,
         Err(e) if is_unsupported(&e) => None,
         Err(e) => {
@@ -1905,7 +1896,7 @@ fn take_clean_mark(log_path: &Path) -> Result<Option<Vec<u8>>, LogError> {
         }
     };
     if mark.is_some() {
-        match xattr::remove(log_path, CLEAN_XATTR) {
+        match disk.remove_xattr(log_path, CLEAN_XATTR) {
             Err(e) if e.raw_os_error() != Some(libc::ENODATA) => {
                 return Err(LogError::Corrupt {
                     path: log_path.display().to_string(),
@@ -1922,9 +1913,9 @@ fn is_unsupported(e: &std::io::Error) -> bool {
     e.raw_os_error() == Some(libc::EOPNOTSUPP) || e.kind() == std::io::ErrorKind::Unsupported
 }
 
-async fn read_log_start(dir: &Path) -> Result<Option<i64>, LogError> {
+async fn read_log_start(disk: &Disk, dir: &Path) -> Result<Option<i64>, LogError> {
     let path = dir.join(LOG_START_FILE);
-    let raw = read_small_file(&path).await.map_err(|e| LogError::io(&path, e))?;
+    let raw = disk.read_small_file(&path).await.map_err(|e| LogError::io(&path, e))?;
     Ok(raw.and_then(|raw| std::str::from_utf8(&raw).ok()?.trim().parse::<i64>().ok()))
 }
 
@@ -1932,28 +1923,9 @@ async fn read_log_start(dir: &Path) -> Result<Option<i64>, LogError> {
 /// without blocking the core: under heavy writes an fdatasync can take
 /// hundreds of milliseconds, which on the reactor thread stalled every
 /// partition and connection of the core.
-async fn write_log_start(dir: &Path, offset: i64) -> Result<(), LogError> {
+async fn write_log_start(disk: &Disk, dir: &Path, offset: i64) -> Result<(), LogError> {
     let path = dir.join(LOG_START_FILE);
-    replace_file(&path, offset.to_string().into_bytes(), true).await.map_err(|e| LogError::io(&path, e))
-}
-
-/// Replaces `path` with `data` atomically: writes a temporary file beside
-/// it (fdatasynced first when `sync`), then renames it over `path`. Every
-/// step goes through glommio, off the reactor: a core writes these for
-/// thousands of partitions in one pass, and blocking file calls for each
-/// stalled its requests meanwhile.
-pub async fn replace_file(path: &Path, data: Vec<u8>, sync: bool) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    let write = async {
-        let file = glommio::io::BufferedFile::create(&tmp).await?;
-        file.write_at(data, 0).await?;
-        if sync {
-            file.fdatasync().await?;
-        }
-        file.close().await?;
-        glommio::io::rename(&tmp, path).await
-    };
-    write.await.map_err(std::io::Error::from)
+    disk.replace_file(&path, offset.to_string().into_bytes(), true).await.map_err(|e| LogError::io(&path, e))
 }
 
 /// Interval between fdatasyncs under `flush=<ms>`; used by the shard's timer.

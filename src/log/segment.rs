@@ -5,8 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use glommio::io::{DmaFile, OpenOptions};
-
+use super::disk::{Disk, File};
 use super::index::SegmentIndex;
 use super::LogError;
 
@@ -18,7 +17,7 @@ pub const PREALLOCATE_STEP_BYTES_MAX: u64 = 64 << 20;
 
 pub struct Segment {
     pub base_offset: i64,
-    pub file: Rc<DmaFile>,
+    pub file: Rc<File>,
     pub log_path: PathBuf,
     /// Bytes of whole batches written to the file.
     pub size_bytes: u64,
@@ -46,9 +45,9 @@ pub fn file_name(base_offset: i64, extension: &str) -> String {
 }
 
 impl Segment {
-    pub async fn create(dir: &Path, base_offset: i64, now_ms: u64) -> Result<Segment, LogError> {
+    pub async fn create(disk: &Disk, dir: &Path, base_offset: i64, now_ms: u64) -> Result<Segment, LogError> {
         let log_path = dir.join(file_name(base_offset, "log"));
-        let file = open_dma(&log_path, true).await?;
+        let file = open(disk, &log_path, true).await?;
         Ok(Segment::empty(file, log_path, base_offset, 0, now_ms))
     }
 
@@ -66,18 +65,24 @@ impl Segment {
     /// scan stops at the first of them: their offsets are below this
     /// segment's base, so none continues the new data. A roll or a close
     /// cuts the file to its data.
-    pub async fn reuse(dir: &Path, old: &Path, base_offset: i64, now_ms: u64) -> Result<Segment, LogError> {
+    pub async fn reuse(
+        disk: &Disk,
+        dir: &Path,
+        old: &Path,
+        base_offset: i64,
+        now_ms: u64,
+    ) -> Result<Segment, LogError> {
         let log_path = dir.join(file_name(base_offset, "log"));
-        glommio::io::rename(old, &log_path).await.map_err(|e| LogError::io(old, e.into()))?;
+        disk.rename(old, &log_path).await.map_err(|e| LogError::io(old, e))?;
         // The new name is durable before any data written under it is:
         // an fdatasync of the file alone need not write the directory.
-        sync_dir(dir).await?;
-        let file = open_dma(&log_path, false).await?;
-        let allocated = file.file_size().await.map_err(|e| LogError::io(&log_path, e.into()))?;
+        disk.sync_dir(dir).await.map_err(|e| LogError::io(dir, e))?;
+        let file = open(disk, &log_path, false).await?;
+        let allocated = file.file_size().await.map_err(|e| LogError::io(&log_path, e))?;
         Ok(Segment::empty(file, log_path, base_offset, allocated, now_ms))
     }
 
-    fn empty(file: DmaFile, log_path: PathBuf, base_offset: i64, allocated_bytes: u64, now_ms: u64) -> Segment {
+    fn empty(file: File, log_path: PathBuf, base_offset: i64, allocated_bytes: u64, now_ms: u64) -> Segment {
         Segment {
             base_offset,
             file: Rc::new(file),
@@ -109,40 +114,6 @@ impl Segment {
     }
 }
 
-/// Makes the entries of `dir` (a rename into it) durable.
-pub async fn sync_dir(dir: &Path) -> Result<(), LogError> {
-    let opened = glommio::io::Directory::open(dir).await.map_err(|e| LogError::io(dir, e.into()))?;
-    let synced = opened.sync().await.map_err(|e| LogError::io(dir, e.into()));
-    let _ = opened.close().await;
-    synced
-}
-
-pub async fn open_dma(path: &Path, create: bool) -> Result<DmaFile, LogError> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(create)
-        .dma_open(path)
-        .await
-        .map_err(|e| LogError::io(path, e.into()))
-}
-
-/// Writes `data` as the whole content of `path` with O_DIRECT.
-pub async fn write_whole(path: &Path, data: &[u8]) -> Result<(), LogError> {
-    // Overwritten in place, then cut to size: truncating on open freed
-    // the file's blocks and the write allocated them again (ext4 discards
-    // freed blocks synchronously where mounted with `discard`).
-    let file =
-        OpenOptions::new().write(true).create(true).dma_open(path).await.map_err(|e| LogError::io(path, e.into()))?;
-    if !data.is_empty() {
-        let aligned = (data.len() as u64).next_multiple_of(PAGE_BYTES) as usize;
-        let mut buf = file.alloc_dma_buffer(aligned);
-        let bytes = buf.as_bytes_mut();
-        bytes[..data.len()].copy_from_slice(data);
-        bytes[data.len()..].fill(0);
-        file.write_at(buf, 0).await.map_err(|e| LogError::io(path, e.into()))?;
-    }
-    file.truncate(data.len() as u64).await.map_err(|e| LogError::io(path, e.into()))?;
-    file.close().await.map_err(|e| LogError::io(path, e.into()))?;
-    Ok(())
+pub async fn open(disk: &Disk, path: &Path, create: bool) -> Result<File, LogError> {
+    disk.open_file(path, create).await.map_err(|e| LogError::io(path, e))
 }

@@ -488,6 +488,7 @@ impl Shard {
             Err(code) => return ProducePartitionResponse::error(index, code),
         };
         let mut first_offset = None;
+        let header_is_idempotent = batches.iter().any(|(_, header)| header.producer_id >= 0);
         // The last offset the answer waits for: of the batches appended
         // here, and of those this request repeats.
         let mut last_appended = None;
@@ -516,6 +517,12 @@ impl Shard {
             }
         }
         if let Some(last) = last_appended {
+            if first_offset.is_some() && header_is_idempotent {
+                if let Err(err) = partition.snapshot_producers_if_none().await {
+                    tracing::warn!(topic = %partition.topic, partition = index, error = %err, "writing the first producer snapshot failed");
+                    return ProducePartitionResponse::error(index, ErrorCode::KafkaStorageError);
+                }
+            }
             if let Err(err) = log.wait_done(last).await {
                 return ProducePartitionResponse::error(index, log_error_code(&err));
             }

@@ -98,8 +98,7 @@ impl Partition {
     /// log can never vouch for it. Without a snapshot, a clean shutdown
     /// means no idempotent batch was written since the last one.
     pub async fn restore_producers(&self, clean_shutdown: bool) -> Result<(), crate::log::LogError> {
-        let path = self.log.dir().join(SNAPSHOT_FILE);
-        let snapshot = std::fs::read(&path).ok().and_then(|raw| decode_snapshot(&raw));
+        let snapshot = self.read_snapshot_file().await;
         self.has_snapshot.set(snapshot.is_some());
         if clean_shutdown && snapshot.is_none() {
             self.replay_from.set(self.log.active_segment_base_offset());
@@ -160,9 +159,8 @@ impl Partition {
 
     /// The snapshot on disk, if there is a valid one: its offset and the
     /// producer state it holds, as `producer_state` shows it.
-    pub fn read_snapshot(&self) -> Option<(i64, ProducerState)> {
-        let raw = std::fs::read(self.log.dir().join(SNAPSHOT_FILE)).ok()?;
-        let (offset, producers) = decode_snapshot(&raw)?;
+    pub async fn read_snapshot(&self) -> Option<(i64, ProducerState)> {
+        let (offset, producers) = self.read_snapshot_file().await?;
         let state =
             producers.into_iter().map(|(id, entry)| (id, (entry.epoch, entry.batches.into_iter().collect()))).collect();
         Some((offset, state))
@@ -177,6 +175,17 @@ impl Partition {
                 && partition.replay_from.get() < partition.log.active_segment_base_offset()
         })
         .await
+    }
+
+    /// Writes the first snapshot of a partition that has none, once an
+    /// idempotent batch is appended to it, before that batch is answered.
+    /// Without a snapshot a restore replays only the active segment, so a
+    /// crash after the next roll forgot the producers of the segments
+    /// before it: their retries were refused as out of order (or, with
+    /// the producer forgotten, stored twice). With one, a restore replays
+    /// from its offset, across segments; later ones come after rolls.
+    pub async fn snapshot_producers_if_none(&self) -> std::io::Result<()> {
+        self.write_snapshot(|partition| !partition.has_snapshot.get()).await
     }
 
     async fn write_snapshot(&self, due: impl Fn(&Self) -> bool) -> std::io::Result<()> {
@@ -195,13 +204,22 @@ impl Partition {
         // Cleared first: a batch recorded while the file is written marks
         // the partition dirty again for the next snapshot.
         self.producers_dirty.set(false);
-        if let Err(err) = crate::log::replace_file(&self.log.dir().join(SNAPSHOT_FILE), encoded, false).await {
+        // Synced before it takes the name: after a power loss the name
+        // must not hold a torn file (the restore would then fall back to
+        // the active segment alone).
+        if let Err(err) = self.log.disk().replace_file(&self.log.dir().join(SNAPSHOT_FILE), encoded, true).await {
             self.producers_dirty.set(true);
             return Err(err);
         }
         self.has_snapshot.set(true);
         self.replay_from.set(offset);
         Ok(())
+    }
+
+    /// The snapshot on disk, decoded; `None` without a valid one.
+    async fn read_snapshot_file(&self) -> Option<(i64, HashMap<i64, ProducerEntry>)> {
+        let raw = self.log.disk().read_small_file(&self.log.dir().join(SNAPSHOT_FILE)).await.ok()??;
+        decode_snapshot(&raw)
     }
 
     /// Checks an idempotent batch against the producer's recent sequences.
