@@ -92,7 +92,7 @@ class AckLog:
             key = (msg.topic(), msg.partition(), msg.offset())
             previous = self.acked.get(key)
             if previous is not None and previous != msg.value():
-                self.reused.append(f"{key[0]}[{key[1]}] offset {key[2]} acknowledged twice: "
+                self.reused.append(f"REUSED {key[0]}[{key[1]}] offset {key[2]} acknowledged twice: "
                                    f"first {short(previous)}, then {short(msg.value())}")
             self.acked[key] = msg.value()
             self.ack_count += 1
@@ -188,6 +188,9 @@ def read_partitions(bootstrap: str, topic: str, partitions: int, timeout_s: floa
                         if m.offset() >= watermarks[m.partition()][1]:
                             pending.discard(m.partition())
                         continue
+                    if err.retriable() or err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
+                        continue  # the client retries; the deadline bounds it
+                    # A CRC error, or the offset out of range (auto.offset.reset=error).
                     raise AssertionError(f"reading {topic}[{m.partition()}] failed: {err}")
                 p = m.partition()
                 if m.offset() >= watermarks[p][1]:
@@ -287,7 +290,7 @@ def check_dense(contents: TopicContents) -> List[str]:
         low, high = contents.watermarks[p]
         offsets = [o for o, _ in recs]
         if low != 0:
-            problems.append(f"LOG START {contents.topic}[{p}] starts at {low}, not 0")
+            problems.append(f"LOG-START {contents.topic}[{p}] starts at {low}, not 0")
         if offsets != list(range(0, high)):
             problems.append(f"GAP {contents.topic}[{p}]: {_describe_gaps(offsets, high)}")
     return problems

@@ -111,7 +111,7 @@ def test_full_disk_loses_no_acknowledged_record_and_reuses_no_offset(full_disk_b
         if not acks.fatal and len(full_partitions) < 2:
             problems.append(f"NOT-FULL only {full_partitions} hit the full disk")
         kill9(broker, 1)
-        start(broker, "restarting in place after kill -9 on the full disk")
+        start(broker, f"restarting in place after kill -9 on the full disk ({acks.summary()})")
     verify(f"after filling the disk ({while_full})", broker, acks, {"filler": 2, "keep": 2}, problems)
 
     admin.delete_topics(["filler"], operation_timeout=30)["filler"].result(60)

@@ -84,7 +84,7 @@ def main() -> int:
                   f"{result.read} read back", flush=True)
             shutil.rmtree(run_dir, ignore_errors=True)
             continue
-        first = error if error is not None else result.problems[0]
+        first = error if error is not None else first_discrepancy(result.problems)
         detail = result.describe() if result is not None else first
         replay = f"--runs 1 --kills {args.kills} --seed-run {run_seed}" + (" --load" if args.load else "")
         print(f"run {run}/{args.runs}: FAILED, seed {run_seed} (replay: {replay}), first discrepancy: {first}\n"
@@ -99,6 +99,12 @@ def main() -> int:
     else:
         print(f"client logs: {work / 'client-stderr.log'}", flush=True)
     return 1 if failed else 0
+
+
+def first_discrepancy(problems: List[str]) -> str:
+    """The first problem with the data itself, else the first problem."""
+    data_kinds = ("LOST", "REUSED", "GAP", "DUPLICATE", "REORDERED", "MISPLACED", "FOREIGN", "LOG-START")
+    return next((p for p in problems if p.split(" ", 1)[0] in data_kinds), problems[0])
 
 
 def parse_args() -> argparse.Namespace:
