@@ -76,6 +76,7 @@ class AckLog:
         self.failed: List[Tuple[str, int, bytes, str]] = []
         self.failed_by_error: collections.Counter = collections.Counter()
         self.fatal: Optional[str] = None
+        self.fatal_is_bare = False
         self.client_errors: collections.Counter = collections.Counter()
         self.ack_count = 0
         self.last_ack_at = 0.0  # time.monotonic() of the latest acknowledgement
@@ -87,7 +88,7 @@ class AckLog:
                 self.failed.append((msg.topic(), msg.partition(), msg.value(), err.name()))
                 self.failed_by_error[err.name()] += 1
                 if err.fatal() or err.code() == KafkaError._FATAL:
-                    self.fatal = self.fatal or f"fatal delivery error: {err}"
+                    self._note_fatal(err, "fatal delivery error")
                 return
             key = (msg.topic(), msg.partition(), msg.offset())
             previous = self.acked.get(key)
@@ -102,7 +103,7 @@ class AckLog:
         with self.lock:
             self.client_errors[err.name()] += 1
             if err.fatal():
-                self.fatal = self.fatal or f"fatal producer error: {err}"
+                self._note_fatal(err, "fatal producer error")
 
     def note_exception(self, exc: BaseException) -> None:
         """A KafkaException from produce/poll/flush: fatal ones end the producer.
@@ -114,9 +115,16 @@ class AckLog:
         err = exc.args[0] if exc.args else None
         with self.lock:
             if isinstance(err, KafkaError) and (err.fatal() or err.code() == KafkaError._FATAL):
-                self.fatal = self.fatal or f"fatal producer error: {err}"
+                self._note_fatal(err, "fatal producer error")
             else:
                 self.client_errors[f"exception {exc!r}"] += 1
+
+    def _note_fatal(self, err: KafkaError, what: str) -> None:
+        """Keep the first fatal error that names its cause: produce() may report
+        a bare _FATAL ("Unable to produce message") before error_cb has the why."""
+        if self.fatal is None or (self.fatal_is_bare and err.code() != KafkaError._FATAL):
+            self.fatal = f"{what}: {err}"
+            self.fatal_is_bare = err.code() == KafkaError._FATAL
 
     def acks_since(self, moment: float) -> bool:
         with self.lock:
@@ -621,8 +629,9 @@ def run_kill_loop(broker, topic: str, partitions: int, kills: int, seed: int, ra
                                    f"({acks.summary()})")
         finished = True
     finally:
-        # On the way out of a failure the broker may be down: do not wait long.
-        producer.stop(flush_timeout_s=90.0 if finished else 5.0)
+        # On the way out of a failure the broker may be down, and after a fatal
+        # error some records never get a report: do not wait long then.
+        producer.stop(flush_timeout_s=90.0 if finished and not acks.fatal else 5.0)
     result.sent = producer.sent
     result.acked = acks.ack_count
     if producer.error is not None:
