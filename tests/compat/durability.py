@@ -65,9 +65,10 @@ def short(value: Optional[bytes]) -> str:
 class AckLog:
     """Every delivery report of one or more producers, thread-safe.
 
-    Pass `on_delivery` and `on_error` to the Producer config. An offset
-    acknowledged for two different values (offset reuse) is recorded in
-    `reused` as soon as the second report arrives."""
+    Give the Producer `on_delivery=acks.on_delivery, error_cb=acks.on_error`
+    (idempotent_producer_config does). An offset acknowledged for two
+    different values (offset reuse) is recorded in `reused` as soon as the
+    second report arrives."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
