@@ -1846,12 +1846,34 @@ async fn probe_device(dir: &Path) -> Result<(), LogError> {
         return Ok(());
     }
     let path = dir.join(format!(".probe-{:?}", std::thread::current().id()).replace(['(', ')'], ""));
-    std::fs::write(&path, vec![0u8; PAGE_BYTES as usize]).map_err(|e| LogError::io(&path, e))?;
-    let file = segment::open(&Disk::Real, &path, false).await?;
+    let probe = match std::fs::write(&path, vec![0u8; PAGE_BYTES as usize]) {
+        Ok(()) => path.clone(),
+        Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+            // A full disk must not stop a start (the broker serves reads
+            // and reopens its logs once space returns): probe with a
+            // segment that already holds a page, or not yet at all.
+            let _ = std::fs::remove_file(&path);
+            match segment_with_a_page(dir) {
+                Some(existing) => existing,
+                None => return Ok(()),
+            }
+        }
+        Err(e) => return Err(LogError::io(&path, e)),
+    };
+    let file = segment::open(&Disk::Real, &probe, false).await?;
     let _ = file.close().await;
-    std::fs::remove_file(&path).map_err(|e| LogError::io(&path, e))?;
+    if probe == path {
+        std::fs::remove_file(&path).map_err(|e| LogError::io(&path, e))?;
+    }
     PROBED_DEVICES.with(|probed| probed.borrow_mut().push(device));
     Ok(())
+}
+
+/// A segment file in `dir` at least a page long, if there is one.
+fn segment_with_a_page(dir: &Path) -> Option<PathBuf> {
+    std::fs::read_dir(dir).ok()?.filter_map(Result::ok).map(|entry| entry.path()).find(|path| {
+        path.extension().is_some_and(|e| e == "log") && std::fs::metadata(path).is_ok_and(|m| m.len() >= PAGE_BYTES)
+    })
 }
 
 /// The partly filled last page of a segment whose data ends at `position`.
