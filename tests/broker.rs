@@ -685,10 +685,12 @@ fn producer_snapshots_follow_segment_rolls_and_carry_the_state_across_a_kill_nin
         answer.topics[0].partitions[0].base_offset
     };
     assert_eq!(send(&mut conn, 0, 20), 0);
-    // Within one segment a restore replays the segment: no snapshot, however
-    // long the state waits (the maintenance pass runs every 5 s).
+    // The first idempotent batch leaves a snapshot (the point a restore
+    // replays from, across segments); within one segment it is not
+    // rewritten, however long the state waits (maintenance runs every 5 s).
+    let first = std::fs::read(&snapshot).expect("a snapshot before the first idempotent batch is answered");
     std::thread::sleep(Duration::from_secs(6));
-    assert!(!snapshot.exists(), "no snapshot before a roll");
+    assert_eq!(std::fs::read(&snapshot).unwrap(), first, "no new snapshot before a roll");
     let segments = || {
         std::fs::read_dir(&dir)
             .unwrap()
@@ -703,10 +705,10 @@ fn producer_snapshots_follow_segment_rolls_and_carry_the_state_across_a_kill_nin
     }
     let first_after_roll = send(&mut conn, sequence, 20);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !snapshot.exists() && Instant::now() < deadline {
+    while std::fs::read(&snapshot).unwrap() == first && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(snapshot.exists(), "a roll leads to a snapshot within a maintenance pass");
+    assert_ne!(std::fs::read(&snapshot).unwrap(), first, "a roll leads to a new snapshot within a maintenance pass");
     // The last batch before the roll lives in the old segment, which a
     // restore does not replay: only the snapshot knows it.
     broker.kill();
