@@ -184,7 +184,11 @@ pub enum LogError {
 }
 
 impl LogError {
-    pub fn io(path: &Path, err: std::io::Error) -> Self {
+    /// The failure of an operation on `path`. `LogError::Io` names the path
+    /// once: glommio's own errors, which carry the path and the operation
+    /// too, are reduced to the OS error.
+    pub fn io(path: &Path, err: impl Into<OsError>) -> Self {
+        let OsError(err) = err.into();
         LogError::Io {
             path: path.display().to_string(),
             // glommio's errors keep the kind, not the errno, when converted.
@@ -192,6 +196,30 @@ impl LogError {
             message: err.to_string(),
         }
     }
+}
+
+/// The OS's error under an I/O failure, without glommio's description of
+/// the operation (its path and file descriptor).
+pub struct OsError(pub std::io::Error);
+
+impl From<std::io::Error> for OsError {
+    fn from(err: std::io::Error) -> Self {
+        OsError(err)
+    }
+}
+
+impl From<glommio::GlommioError<()>> for OsError {
+    fn from(err: glommio::GlommioError<()>) -> Self {
+        match err {
+            glommio::GlommioError::EnhancedIoError { source, .. } => OsError(source),
+            other => OsError(other.into()),
+        }
+    }
+}
+
+/// The OS's error under a glommio error, for an `io::Result` whose caller names the path.
+pub fn os_error(err: glommio::GlommioError<()>) -> std::io::Error {
+    OsError::from(err).0
 }
 
 /// Offsets assigned to one appended batch.
@@ -433,7 +461,7 @@ impl Log {
         // that lookup reads the disk, on an io-wq worker while the core
         // goes on with other logs (a blocking call here, on the core, made
         // a cold start of ten thousand logs up to 1.5x slower).
-        match glommio::io::Directory::open(&dir).await.map_err(std::io::Error::from) {
+        match glommio::io::Directory::open(&dir).await.map_err(os_error) {
             Ok(opened) => {
                 let _ = opened.close().await;
             }
@@ -450,7 +478,7 @@ impl Log {
         let marker = dir.join(CLEAN_MARKER);
         let (clean_shutdown, mut clean_end) = match read_small_file(&marker).await {
             Ok(Some(raw)) => {
-                glommio::io::remove(&marker).await.map_err(|e| LogError::io(&marker, e.into()))?;
+                glommio::io::remove(&marker).await.map_err(|e| LogError::io(&marker, e))?;
                 (true, CleanEnd::decode(&raw))
             }
             Ok(None) => (false, None),
@@ -957,12 +985,12 @@ impl Log {
             let Some((_, active)) = state.segments.iter_mut().next_back() else { return Ok(()) };
             (active.file.clone(), active.size_bytes, active.log_path.clone())
         };
-        file.truncate(size).await.map_err(|e| LogError::io(&path, e.into()))?;
+        file.truncate(size).await.map_err(|e| LogError::io(&path, e))?;
         self.persist_active_index().await?;
         let files: Vec<Rc<glommio::io::DmaFile>> =
             self.inner.state.borrow().segments.values().map(|s| s.file.clone()).collect();
         for file in files {
-            file.fdatasync().await.map_err(|e| LogError::io(&path, e.into()))?;
+            file.fdatasync().await.map_err(|e| LogError::io(&path, e))?;
         }
         self.inner.state.borrow_mut().closed_cleanly = true;
         Ok(())
@@ -1122,7 +1150,7 @@ impl Log {
                 // io-wq worker threads (fio, 16 KiB O_DIRECT writes: 35% less
                 // kernel CPU). Recovery stops at the zeros past the data and
                 // trims them; close and roll trim to the exact size.
-                plan.file.pre_allocate(target, false).await.map_err(|e| LogError::io(&plan.path, e.into()))?;
+                plan.file.pre_allocate(target, false).await.map_err(|e| LogError::io(&plan.path, e))?;
                 self.active_mut(|active| active.allocated_bytes = active.allocated_bytes.max(target));
             }
             self.injected(InjectedFault::WriteEio, &plan.path)?;
@@ -1215,7 +1243,7 @@ impl Log {
     async fn complete_write(&self, in_flight: &mut VecDeque<WriteInFlight>) -> Result<(), LogError> {
         let Some(write) = in_flight.pop_front() else { return Ok(()) };
         let written = match write.task.await {
-            Some(result) => result.map_err(|e| LogError::io(&write.path, e.into()))?,
+            Some(result) => result.map_err(|e| LogError::io(&write.path, e))?,
             None => return Err(LogError::io(&write.path, std::io::Error::other("write cancelled"))),
         };
         if written < write.data_len {
@@ -1284,7 +1312,7 @@ impl Log {
         if self.inner.unsynced.get() {
             let started = std::time::Instant::now();
             self.injected(InjectedFault::SyncEio, &path)?;
-            file.fdatasync().await.map_err(|e| LogError::io(&path, e.into()))?;
+            file.fdatasync().await.map_err(|e| LogError::io(&path, e))?;
             crate::metrics::record_fsync(started.elapsed());
             self.inner.unsynced.set(false);
         }
@@ -1356,8 +1384,8 @@ impl Log {
             let active = state.segments.values().next_back().expect("a log always has an active segment");
             (active.file.clone(), active.size_bytes, active.log_path.clone())
         };
-        file.truncate(size).await.map_err(|e| LogError::io(&path, e.into()))?;
-        file.fdatasync().await.map_err(|e| LogError::io(&path, e.into()))?;
+        file.truncate(size).await.map_err(|e| LogError::io(&path, e))?;
+        file.fdatasync().await.map_err(|e| LogError::io(&path, e))?;
         self.inner.unsynced.set(false);
         self.persist_active_index().await?;
         let segment = self.new_segment(next_base).await?;
@@ -1468,7 +1496,7 @@ impl Log {
                 let want = ((max_bytes.saturating_sub(bytes)).max(64 << 10) as u64)
                     .min(READ_CHUNK_BYTES.max(max_bytes as u64));
                 let len = want.min(segment_size - position) as usize;
-                let chunk = file.read_at(position, len).await.map_err(|e| LogError::io(&path, e.into()))?;
+                let chunk = file.read_at(position, len).await.map_err(|e| LogError::io(&path, e))?;
                 let mut at = 0usize;
                 let mut progressed = false;
                 while at + record_batch::HEADER_BYTES <= chunk.len() {
@@ -1477,10 +1505,8 @@ impl Log {
                     if at + header.size_bytes > chunk.len() {
                         if at == 0 {
                             // One batch larger than the chunk: read exactly it.
-                            let whole = file
-                                .read_at(position, header.size_bytes)
-                                .await
-                                .map_err(|e| LogError::io(&path, e.into()))?;
+                            let whole =
+                                file.read_at(position, header.size_bytes).await.map_err(|e| LogError::io(&path, e))?;
                             if whole.len() < header.size_bytes {
                                 return Err(LogError::Corrupt {
                                     path: path.display().to_string(),
@@ -1612,7 +1638,7 @@ struct DirListing {
 
 /// Unlinks `path` (through io_uring, off the core); a missing file is fine.
 async fn remove_if_present(path: &Path) -> Result<(), LogError> {
-    match glommio::io::remove(path).await.map_err(std::io::Error::from) {
+    match glommio::io::remove(path).await.map_err(os_error) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(LogError::io(path, e)),
@@ -1670,7 +1696,7 @@ async fn scan_segment_end(
         let probe = file
             .read_at(u64::from(entry.position), record_batch::HEADER_BYTES)
             .await
-            .map_err(|e| LogError::io(log_path, e.into()))?;
+            .map_err(|e| LogError::io(log_path, e))?;
         if probe.len() == record_batch::HEADER_BYTES && record_batch::read_i64(&probe, 0) == expected {
             start = (u64::from(entry.position), expected);
             break;
@@ -1691,7 +1717,7 @@ async fn scan_segment_end(
         let aligned = position - position % PAGE_BYTES;
         let skip = (position - aligned) as usize;
         let len = (skip as u64 + wanted.min(file_size - position)) as usize;
-        let read = file.read_at(aligned, len).await.map_err(|e| LogError::io(log_path, e.into()))?;
+        let read = file.read_at(aligned, len).await.map_err(|e| LogError::io(log_path, e))?;
         let chunk = read.get(skip..).unwrap_or_default();
         let scan = recovery::scan(chunk, next_offset, BATCH_BYTES_MAX_LIMIT);
         for batch in &scan.batches {
@@ -1756,7 +1782,7 @@ async fn open_segment(
             clean_end = CleanEnd::decode(&mark);
         }
     }
-    let file_size = file.file_size().await.map_err(|e| LogError::io(&log_path, e.into()))?;
+    let file_size = file.file_size().await.map_err(|e| LogError::io(&log_path, e))?;
     let offsets = read_index_file(&log_path.with_extension("index")).await;
     let mut index = SegmentIndex::decode_offsets(&offsets, file_size);
     // The offset index file holds exactly what was decoded (nothing
@@ -1790,7 +1816,7 @@ async fn open_segment(
             tracing::warn!(segment = %log_path.display(), valid_bytes = position, file_size, "older segment has an invalid tail; truncating");
         }
         report.truncated_bytes += file_size - position;
-        file.truncate(position).await.map_err(|e| LogError::io(&log_path, e.into()))?;
+        file.truncate(position).await.map_err(|e| LogError::io(&log_path, e))?;
         tracing::warn!(segment = %log_path.display(), truncated_bytes = file_size - position, "recovery truncated the log");
     }
     let tail = if !is_last {
@@ -1855,21 +1881,21 @@ async fn read_tail(file: &glommio::io::DmaFile, path: &Path, position: u64) -> R
     if tail_len == 0 {
         return Ok(Vec::new());
     }
-    let page = file.read_at(position - tail_len as u64, tail_len).await.map_err(|e| LogError::io(path, e.into()))?;
+    let page = file.read_at(position - tail_len as u64, tail_len).await.map_err(|e| LogError::io(path, e))?;
     Ok(page[..tail_len].to_vec())
 }
 
 /// A small file's content through io_uring; `None` when it does not exist.
 async fn read_small_file(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
-    let file = match glommio::io::BufferedFile::open(path).await.map_err(std::io::Error::from) {
+    let file = match glommio::io::BufferedFile::open(path).await.map_err(os_error) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    let size = file.file_size().await?;
+    let size = file.file_size().await.map_err(os_error)?;
     // glommio cannot allocate (and panics on) a zero-length read buffer.
-    let data = if size == 0 { Vec::new() } else { file.read_at(0, size as usize).await?.to_vec() };
-    file.close().await?;
+    let data = if size == 0 { Vec::new() } else { file.read_at(0, size as usize).await.map_err(os_error)?.to_vec() };
+    file.close().await.map_err(os_error)?;
     Ok(Some(data))
 }
 
@@ -1953,7 +1979,7 @@ pub async fn replace_file(path: &Path, data: Vec<u8>, sync: bool) -> std::io::Re
         file.close().await?;
         glommio::io::rename(&tmp, path).await
     };
-    write.await.map_err(std::io::Error::from)
+    write.await.map_err(os_error)
 }
 
 /// Interval between fdatasyncs under `flush=<ms>`; used by the shard's timer.

@@ -68,12 +68,12 @@ impl Segment {
     /// cuts the file to its data.
     pub async fn reuse(dir: &Path, old: &Path, base_offset: i64, now_ms: u64) -> Result<Segment, LogError> {
         let log_path = dir.join(file_name(base_offset, "log"));
-        glommio::io::rename(old, &log_path).await.map_err(|e| LogError::io(old, e.into()))?;
+        glommio::io::rename(old, &log_path).await.map_err(|e| LogError::io(old, e))?;
         // The new name is durable before any data written under it is:
         // an fdatasync of the file alone need not write the directory.
         sync_dir(dir).await?;
         let file = open_dma(&log_path, false).await?;
-        let allocated = file.file_size().await.map_err(|e| LogError::io(&log_path, e.into()))?;
+        let allocated = file.file_size().await.map_err(|e| LogError::io(&log_path, e))?;
         Ok(Segment::empty(file, log_path, base_offset, allocated, now_ms))
     }
 
@@ -111,20 +111,14 @@ impl Segment {
 
 /// Makes the entries of `dir` (a rename into it) durable.
 pub async fn sync_dir(dir: &Path) -> Result<(), LogError> {
-    let opened = glommio::io::Directory::open(dir).await.map_err(|e| LogError::io(dir, e.into()))?;
-    let synced = opened.sync().await.map_err(|e| LogError::io(dir, e.into()));
+    let opened = glommio::io::Directory::open(dir).await.map_err(|e| LogError::io(dir, e))?;
+    let synced = opened.sync().await.map_err(|e| LogError::io(dir, e));
     let _ = opened.close().await;
     synced
 }
 
 pub async fn open_dma(path: &Path, create: bool) -> Result<DmaFile, LogError> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(create)
-        .dma_open(path)
-        .await
-        .map_err(|e| LogError::io(path, e.into()))
+    OpenOptions::new().read(true).write(true).create(create).dma_open(path).await.map_err(|e| LogError::io(path, e))
 }
 
 /// Writes `data` as the whole content of `path` with O_DIRECT.
@@ -132,17 +126,16 @@ pub async fn write_whole(path: &Path, data: &[u8]) -> Result<(), LogError> {
     // Overwritten in place, then cut to size: truncating on open freed
     // the file's blocks and the write allocated them again (ext4 discards
     // freed blocks synchronously where mounted with `discard`).
-    let file =
-        OpenOptions::new().write(true).create(true).dma_open(path).await.map_err(|e| LogError::io(path, e.into()))?;
+    let file = OpenOptions::new().write(true).create(true).dma_open(path).await.map_err(|e| LogError::io(path, e))?;
     if !data.is_empty() {
         let aligned = (data.len() as u64).next_multiple_of(PAGE_BYTES) as usize;
         let mut buf = file.alloc_dma_buffer(aligned);
         let bytes = buf.as_bytes_mut();
         bytes[..data.len()].copy_from_slice(data);
         bytes[data.len()..].fill(0);
-        file.write_at(buf, 0).await.map_err(|e| LogError::io(path, e.into()))?;
+        file.write_at(buf, 0).await.map_err(|e| LogError::io(path, e))?;
     }
-    file.truncate(data.len() as u64).await.map_err(|e| LogError::io(path, e.into()))?;
-    file.close().await.map_err(|e| LogError::io(path, e.into()))?;
+    file.truncate(data.len() as u64).await.map_err(|e| LogError::io(path, e))?;
+    file.close().await.map_err(|e| LogError::io(path, e))?;
     Ok(())
 }
