@@ -502,7 +502,7 @@ fn notable_events_are_logged_once_at_info_without_per_request_lines() {
 /// runs against a scratch root that holds the unit exactly as shipped, the
 /// built binary where the unit expects it, and the system's own units (for
 /// the targets the unit orders itself after). The test fails, not skips,
-/// when systemd-analyze is missing: .ci/run installs it.
+/// when systemd-analyze is missing: tests/setup.sh (run by tests/run-all.sh) installs it.
 #[test]
 fn shipped_systemd_unit_passes_systemd_analyze_verify() {
     let unit = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/shardlog.service");
@@ -527,7 +527,7 @@ fn shipped_systemd_unit_passes_systemd_analyze_verify() {
         .arg(format!("--root={}", root.path().display()))
         .arg(unit_dir.join("shardlog.service"))
         .output()
-        .expect("systemd-analyze must be installed (apt-get install systemd; .ci/run does)");
+        .expect("systemd-analyze must be installed (apt-get install systemd; tests/setup.sh does)");
     let stderr = String::from_utf8_lossy(&output.stderr);
     let complaints: Vec<&str> =
         stderr.lines().filter(|l| l.contains("shardlog") && !l.starts_with("Failed to resolve symlink")).collect();

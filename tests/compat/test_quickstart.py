@@ -102,7 +102,7 @@ PLACES = {
 @pytest.fixture(autouse=True)
 def _require_kcat():
     if shutil.which("kcat") is None:
-        pytest.fail("kcat is not installed: run tests/setup.sh (or apt-get install kcat)", pytrace=False)
+        pytest.fail("kcat is not installed (apt-get install kcat); tests/setup.sh installs it", pytrace=False)
 
 
 @pytest.mark.parametrize("place", list(PLACES))
