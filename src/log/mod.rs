@@ -49,7 +49,7 @@
 //! blocks already allocated and written are overwritten in place, with no
 //! pre-allocation, no unwritten extents to convert and no freed blocks to
 //! discard and allocate again. Produce p99 at max throughput (100
-//! partitions, ~5 rolls/s) halved with it (perf/README.md). The old
+//! partitions, ~5 rolls/s) halved with it (docs/perf-history.md). The old
 //! batches past the new data have offsets below the new segment's base,
 //! so a crash scan, which checks offset continuity, stops at them. The
 //! periodic retention pass deletes whatever else has expired.
