@@ -1,9 +1,13 @@
 //! Configuration: built-in defaults, overridden by a TOML file, overridden by
 //! `SHARDLOG_*` environment variables, overridden by flags. Validated once at
-//! start; a bad setting stops the broker with a message naming it.
+//! start; a bad setting stops the broker with a message naming it. Every
+//! path is made absolute against the working directory in the same step
+//! (`ServeConfig::resolve`), so nothing later opens a relative path: glommio
+//! 0.9 opens files with `openat(-1, path)` rather than `AT_FDCWD`
+//! (DataDog/glommio#637), which fails a relative path with EBADF.
 
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
@@ -167,12 +171,31 @@ pub enum ConfigError {
     Parse { path: PathBuf, source: toml::de::Error },
     #[error("invalid setting {name} = {value}: {reason}")]
     Invalid { name: &'static str, value: String, reason: &'static str },
+    #[error("cannot make {path} absolute: the working directory: {source}")]
+    WorkingDirectory { path: PathBuf, source: std::io::Error },
+}
+
+/// `path` made absolute against the working directory, without touching the
+/// file system (no symlinks resolved, `..` kept): what a relative path from
+/// the command line, the environment or a config file means.
+pub fn absolute_path(path: &Path) -> Result<PathBuf, ConfigError> {
+    std::path::absolute(path).map_err(|source| ConfigError::WorkingDirectory { path: path.into(), source })
 }
 
 impl ServeConfig {
-    pub fn from_file(path: &std::path::Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
-        toml::from_str(&text).map_err(|source| ConfigError::Parse { path: path.into(), source })
+    /// Reads a TOML file; `path` is made absolute first, so errors name it in full.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let path = absolute_path(path)?;
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+        toml::from_str(&text).map_err(|source| ConfigError::Parse { path, source })
+    }
+
+    /// The config the broker runs with: every path absolute, every setting
+    /// checked. Resolving again changes nothing.
+    pub fn resolve(mut self) -> Result<Self, ConfigError> {
+        self.data = absolute_path(&self.data)?;
+        self.validate()?;
+        Ok(self)
     }
 
     /// Cores actually used.
@@ -190,6 +213,9 @@ impl ServeConfig {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |name, value: String, reason| Err(ConfigError::Invalid { name, value, reason });
+        if !self.data.is_absolute() {
+            return invalid("data", self.data.display().to_string(), "must be absolute: resolve() the config first");
+        }
         if self.core_count() > constants::CORES_MAX {
             return invalid("cores", self.cores.to_string(), "more than 256 cores");
         }
@@ -348,8 +374,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn defaults_are_valid() {
-        ServeConfig::default().validate().unwrap();
+    fn defaults_are_valid_once_resolved() {
+        let config = ServeConfig::default().resolve().unwrap();
+        assert_eq!(config.data, std::env::current_dir().unwrap().join("data"));
+    }
+
+    #[test]
+    fn relative_paths_resolve_against_the_working_directory_and_absolute_ones_stay() {
+        let cwd = std::env::current_dir().unwrap();
+        let relative = ServeConfig { data: "some/dir".into(), ..ServeConfig::default() };
+        let resolved = relative.resolve().unwrap();
+        assert_eq!(resolved.data, cwd.join("some/dir"));
+        assert_eq!(resolved.clone().resolve().unwrap(), resolved, "resolving twice changes nothing");
+        let absolute = ServeConfig { data: "/srv/shardlog".into(), ..ServeConfig::default() };
+        assert_eq!(absolute.resolve().unwrap().data, Path::new("/srv/shardlog"));
+    }
+
+    #[test]
+    fn an_unresolved_config_is_refused() {
+        assert!(ServeConfig::default().validate().is_err(), "./data is relative until resolved");
+    }
+
+    #[test]
+    fn a_config_file_error_names_its_absolute_path() {
+        let err = ServeConfig::from_file(Path::new("no/such/shardlog.toml")).unwrap_err().to_string();
+        let expected = std::env::current_dir().unwrap().join("no/such/shardlog.toml");
+        assert!(err.starts_with(&format!("cannot read config file {}: ", expected.display())), "{err}");
     }
 
     #[test]

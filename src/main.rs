@@ -108,9 +108,11 @@ enum GroupCommand {
 #[derive(Args)]
 struct ServeArgs {
     /// TOML configuration file (keys as the long flags, with '_' for '-'; topic defaults under [topic]).
+    /// Relative paths, here and in the file, are relative to the working directory.
     #[arg(long, env = "SHARDLOG_CONFIG")]
     config: Option<PathBuf>,
-    /// Data directory, locked (`.lock`) while the broker runs [default: ./data].
+    /// Data directory, locked (`.lock`) while the broker runs; a relative one is
+    /// relative to the working directory [default: ./data].
     #[arg(long, env = "SHARDLOG_DATA")]
     data: Option<PathBuf>,
     /// Cores to run, one executor each; 0 = all online cores [default: 0].
@@ -258,8 +260,7 @@ impl ServeArgs {
         if self.advertised_host.is_some() {
             config.advertised_host = self.advertised_host;
         }
-        config.validate().map_err(|e| e.to_string())?;
-        Ok(config)
+        config.resolve().map_err(|e| e.to_string())
     }
 }
 
@@ -613,5 +614,14 @@ mod tests {
         assert!(recycles(&[]));
         assert!(!recycles(&["--segment-recycling", "false"]));
         assert!(recycles(&["--segment-recycling", "true"]));
+    }
+
+    #[test]
+    fn a_relative_data_directory_is_made_absolute_against_the_working_directory() {
+        let cwd = std::env::current_dir().unwrap();
+        let data = |flags: &[&str]| serve_args(flags).unwrap().into_config().unwrap().data;
+        assert_eq!(data(&[]), cwd.join("data"));
+        assert_eq!(data(&["--data", "some/dir"]), cwd.join("some/dir"));
+        assert_eq!(data(&["--data", "/srv/shardlog"]), std::path::Path::new("/srv/shardlog"));
     }
 }

@@ -261,10 +261,16 @@ fn metrics_port_that_collides_with_a_kafka_port_is_refused() {
 /// its exit status and what it wrote to stderr. One still running at
 /// `limit` is killed and fails the test.
 fn serve_until_exit(args: &[&str], limit: Duration) -> (std::process::ExitStatus, String) {
+    serve_in_until_exit(Path::new("."), args, limit)
+}
+
+/// `serve_until_exit` with `cwd` as the working directory.
+fn serve_in_until_exit(cwd: &Path, args: &[&str], limit: Duration) -> (std::process::ExitStatus, String) {
     let started = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_shardlog"))
         .arg("serve")
         .args(args)
+        .current_dir(cwd)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -329,6 +335,28 @@ fn a_taken_kafka_port_ends_start_with_an_error_naming_the_core_once_and_the_port
         assert!(error.starts_with(&format!("shardlog: core {core}: cannot listen on 127.0.0.1:{taken}: ")), "{error}");
         assert_eq!(error.matches("core ").count(), 1, "names the core once: {error}");
     }
+}
+
+#[test]
+fn a_core_that_cannot_open_its_offsets_log_ends_start_naming_the_core_and_the_absolute_path_once() {
+    // A relative --data: the error names the path it resolved to.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cwd = dir.path().canonicalize().expect("canonical tempdir");
+    std::fs::create_dir_all(cwd.join("rel/__groups")).expect("mkdir");
+    std::fs::write(cwd.join("rel/__groups/core-1"), b"not a directory").expect("block core 1's offsets log");
+    let port = free_ports(2).to_string();
+    let (status, stderr) = serve_in_until_exit(
+        &cwd,
+        &["--data", "rel", "--port", &port, "--cores", "2", "--metrics-port", "0"],
+        Duration::from_secs(15),
+    );
+    assert!(!status.success(), "{stderr}");
+    let error = stderr.lines().find(|l| l.starts_with("shardlog: ")).unwrap_or_else(|| panic!("no error: {stderr}"));
+    let path = cwd.join("rel/__groups/core-1").display().to_string();
+    assert_eq!(
+        error,
+        format!("shardlog: core 1: opening the group offsets log failed: i/o error on {path}: Not a directory (os error 20)")
+    );
 }
 
 #[test]
@@ -474,7 +502,7 @@ fn notable_events_are_logged_once_at_info_without_per_request_lines() {
 /// runs against a scratch root that holds the unit exactly as shipped, the
 /// built binary where the unit expects it, and the system's own units (for
 /// the targets the unit orders itself after). The test fails, not skips,
-/// when systemd-analyze is missing: .ci/run installs it.
+/// when systemd-analyze is missing: tests/setup.sh (run by tests/run-all.sh) installs it.
 #[test]
 fn shipped_systemd_unit_passes_systemd_analyze_verify() {
     let unit = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/shardlog.service");
@@ -499,7 +527,7 @@ fn shipped_systemd_unit_passes_systemd_analyze_verify() {
         .arg(format!("--root={}", root.path().display()))
         .arg(unit_dir.join("shardlog.service"))
         .output()
-        .expect("systemd-analyze must be installed (apt-get install systemd; .ci/run does)");
+        .expect("systemd-analyze must be installed (apt-get install systemd; tests/setup.sh does)");
     let stderr = String::from_utf8_lossy(&output.stderr);
     let complaints: Vec<&str> =
         stderr.lines().filter(|l| l.contains("shardlog") && !l.starts_with("Failed to resolve symlink")).collect();

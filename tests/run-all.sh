@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Build shardlog, run its Rust tests, then the real-client compatibility suite
-# (confluent-kafka, kafka-python, kcat, kafkajs). Any failure, including a
-# missing client, exits non-zero. Extra arguments go to pytest.
+# (confluent-kafka, kafka-python, kcat, kafkajs). First tests/setup.sh
+# installs what they need (as root) or says what is missing. Any failure,
+# including a missing client, exits non-zero. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
 
+# shellcheck source=tests/setup.sh
+source tests/setup.sh
 cargo build --release
 cargo test --release
-python3 -m pytest -q tests/compat "$@"
+"$COMPAT_PYTHON" -m pytest -q tests/compat "$@"

@@ -18,7 +18,7 @@ use std::rc::Weak;
 /// Budget per core unless set (`--cache-bytes-max`). Larger budgets let
 /// consumers further behind read from memory, but on a host whose fresh
 /// pages are expensive to fault in, filling a large cache costs producers
-/// latency the first time (see perf/README.md).
+/// latency the first time (see docs/perf-history.md).
 pub const CORE_CACHE_BYTES_MAX_DEFAULT: usize = 256 << 20;
 
 /// What the core cache needs of a log: evict its oldest batch.

@@ -64,8 +64,9 @@ impl IoBuffer {
     }
 }
 
+/// The OS's error under a glommio one (the caller names the path).
 fn io(err: glommio::GlommioError<()>) -> std::io::Error {
-    err.into()
+    super::os_error(err)
 }
 
 impl File {

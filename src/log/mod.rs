@@ -49,7 +49,7 @@
 //! blocks already allocated and written are overwritten in place, with no
 //! pre-allocation, no unwritten extents to convert and no freed blocks to
 //! discard and allocate again. Produce p99 at max throughput (100
-//! partitions, ~5 rolls/s) halved with it (perf/README.md). The old
+//! partitions, ~5 rolls/s) halved with it (docs/perf-history.md). The old
 //! batches past the new data have offsets below the new segment's base,
 //! so a crash scan, which checks offset continuity, stops at them. The
 //! periodic retention pass deletes whatever else has expired.
@@ -188,7 +188,11 @@ pub enum LogError {
 }
 
 impl LogError {
-    pub fn io(path: &Path, err: std::io::Error) -> Self {
+    /// The failure of an operation on `path`. `LogError::Io` names the path
+    /// once: glommio's own errors, which carry the path and the operation
+    /// too, are reduced to the OS error.
+    pub fn io(path: &Path, err: impl Into<OsError>) -> Self {
+        let OsError(err) = err.into();
         LogError::Io {
             path: path.display().to_string(),
             // glommio's errors keep the kind, not the errno, when converted.
@@ -196,6 +200,30 @@ impl LogError {
             message: err.to_string(),
         }
     }
+}
+
+/// The OS's error under an I/O failure, without glommio's description of
+/// the operation (its path and file descriptor).
+pub struct OsError(pub std::io::Error);
+
+impl From<std::io::Error> for OsError {
+    fn from(err: std::io::Error) -> Self {
+        OsError(err)
+    }
+}
+
+impl From<glommio::GlommioError<()>> for OsError {
+    fn from(err: glommio::GlommioError<()>) -> Self {
+        match err {
+            glommio::GlommioError::EnhancedIoError { source, .. } => OsError(source),
+            other => OsError(other.into()),
+        }
+    }
+}
+
+/// The OS's error under a glommio error, for an `io::Result` whose caller names the path.
+pub fn os_error(err: glommio::GlommioError<()>) -> std::io::Error {
+    OsError::from(err).0
 }
 
 /// Offsets assigned to one appended batch.
@@ -968,11 +996,11 @@ impl Log {
             let Some((_, active)) = state.segments.iter_mut().next_back() else { return Ok(()) };
             (active.file.clone(), active.size_bytes, active.log_path.clone())
         };
-        file.truncate(size).await.map_err(|e| LogError::io(&path, e.into()))?;
+        file.truncate(size).await.map_err(|e| LogError::io(&path, e))?;
         self.persist_active_index().await?;
         let files: Vec<Rc<File>> = self.inner.state.borrow().segments.values().map(|s| s.file.clone()).collect();
         for file in files {
-            file.fdatasync().await.map_err(|e| LogError::io(&path, e.into()))?;
+            file.fdatasync().await.map_err(|e| LogError::io(&path, e))?;
         }
         self.inner.state.borrow_mut().closed_cleanly = true;
         Ok(())
@@ -1229,7 +1257,7 @@ impl Log {
     async fn complete_write(&self, in_flight: &mut VecDeque<WriteInFlight>) -> Result<(), LogError> {
         let Some(write) = in_flight.pop_front() else { return Ok(()) };
         let written = match write.task.await {
-            Some(result) => result.map_err(|e| LogError::io(&write.path, e.into()))?,
+            Some(result) => result.map_err(|e| LogError::io(&write.path, e))?,
             None => return Err(LogError::io(&write.path, std::io::Error::other("write cancelled"))),
         };
         if written < write.data_len {
@@ -1298,7 +1326,7 @@ impl Log {
         if self.inner.unsynced.get() {
             let started = std::time::Instant::now();
             self.injected(InjectedFault::SyncEio, &path)?;
-            file.fdatasync().await.map_err(|e| LogError::io(&path, e.into()))?;
+            file.fdatasync().await.map_err(|e| LogError::io(&path, e))?;
             crate::metrics::record_fsync(started.elapsed());
             self.inner.unsynced.set(false);
         }
@@ -1371,8 +1399,8 @@ impl Log {
             let active = state.segments.values().next_back().expect("a log always has an active segment");
             (active.file.clone(), active.size_bytes, active.log_path.clone())
         };
-        file.truncate(size).await.map_err(|e| LogError::io(&path, e.into()))?;
-        file.fdatasync().await.map_err(|e| LogError::io(&path, e.into()))?;
+        file.truncate(size).await.map_err(|e| LogError::io(&path, e))?;
+        file.fdatasync().await.map_err(|e| LogError::io(&path, e))?;
         self.inner.unsynced.set(false);
         self.persist_active_index().await?;
         let segment = self.new_segment(next_base).await?;
@@ -1483,7 +1511,7 @@ impl Log {
                 let want = ((max_bytes.saturating_sub(bytes)).max(64 << 10) as u64)
                     .min(READ_CHUNK_BYTES.max(max_bytes as u64));
                 let len = want.min(segment_size - position) as usize;
-                let chunk = file.read_at(position, len).await.map_err(|e| LogError::io(&path, e.into()))?;
+                let chunk = file.read_at(position, len).await.map_err(|e| LogError::io(&path, e))?;
                 let mut at = 0usize;
                 let mut progressed = false;
                 while at + record_batch::HEADER_BYTES <= chunk.len() {
@@ -1492,10 +1520,8 @@ impl Log {
                     if at + header.size_bytes > chunk.len() {
                         if at == 0 {
                             // One batch larger than the chunk: read exactly it.
-                            let whole = file
-                                .read_at(position, header.size_bytes)
-                                .await
-                                .map_err(|e| LogError::io(&path, e.into()))?;
+                            let whole =
+                                file.read_at(position, header.size_bytes).await.map_err(|e| LogError::io(&path, e))?;
                             if whole.len() < header.size_bytes {
                                 return Err(LogError::Corrupt {
                                     path: path.display().to_string(),
@@ -1673,7 +1699,7 @@ async fn scan_segment_end(
         let probe = file
             .read_at(u64::from(entry.position), record_batch::HEADER_BYTES)
             .await
-            .map_err(|e| LogError::io(log_path, e.into()))?;
+            .map_err(|e| LogError::io(log_path, e))?;
         if probe.len() == record_batch::HEADER_BYTES && record_batch::read_i64(&probe, 0) == expected {
             start = (u64::from(entry.position), expected);
             break;
@@ -1694,7 +1720,7 @@ async fn scan_segment_end(
         let aligned = position - position % PAGE_BYTES;
         let skip = (position - aligned) as usize;
         let len = (skip as u64 + wanted.min(file_size - position)) as usize;
-        let read = file.read_at(aligned, len).await.map_err(|e| LogError::io(log_path, e.into()))?;
+        let read = file.read_at(aligned, len).await.map_err(|e| LogError::io(log_path, e))?;
         let chunk = read.get(skip..).unwrap_or_default();
         let scan = recovery::scan(chunk, next_offset, BATCH_BYTES_MAX_LIMIT);
         for batch in &scan.batches {
@@ -1761,7 +1787,7 @@ async fn open_segment(
             clean_end = CleanEnd::decode(&mark);
         }
     }
-    let file_size = file.file_size().await.map_err(|e| LogError::io(&log_path, e.into()))?;
+    let file_size = file.file_size().await.map_err(|e| LogError::io(&log_path, e))?;
     let offsets = read_index_file(disk, &log_path.with_extension("index")).await;
     let mut index = SegmentIndex::decode_offsets(&offsets, file_size);
     // The offset index file holds exactly what was decoded (nothing
@@ -1795,7 +1821,7 @@ async fn open_segment(
             tracing::warn!(segment = %log_path.display(), valid_bytes = position, file_size, "older segment has an invalid tail; truncating");
         }
         report.truncated_bytes += file_size - position;
-        file.truncate(position).await.map_err(|e| LogError::io(&log_path, e.into()))?;
+        file.truncate(position).await.map_err(|e| LogError::io(&log_path, e))?;
         tracing::warn!(segment = %log_path.display(), truncated_bytes = file_size - position, "recovery truncated the log");
     }
     let tail = if !is_last {
@@ -1882,7 +1908,7 @@ async fn read_tail(file: &File, path: &Path, position: u64) -> Result<Vec<u8>, L
     if tail_len == 0 {
         return Ok(Vec::new());
     }
-    let page = file.read_at(position - tail_len as u64, tail_len).await.map_err(|e| LogError::io(path, e.into()))?;
+    let page = file.read_at(position - tail_len as u64, tail_len).await.map_err(|e| LogError::io(path, e))?;
     Ok(page[..tail_len].to_vec())
 }
 

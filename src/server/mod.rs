@@ -52,7 +52,8 @@ pub fn initial_image(config: &ServeConfig, durable: PersistedMetadata) -> Metada
     MetadataImage { version: 1, nodes, controller: NodeId(config.node_id_base), durable }
 }
 
-/// Runs the broker until SIGTERM or SIGINT, then shuts down cleanly. A core
+/// Runs the broker until SIGTERM or SIGINT, then shuts down cleanly; takes a
+/// config from `ServeConfig::resolve` (a relative path is refused). A core
 /// that cannot start (a port in use, a log it cannot open) ends the
 /// process: the cores that did start are shut down cleanly and the error,
 /// naming that core, is returned.

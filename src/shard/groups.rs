@@ -80,7 +80,8 @@ pub struct GroupService {
 
 #[derive(Debug, thiserror::Error)]
 pub enum GroupServiceError {
-    #[error("offsets log: {0}")]
+    /// Names the file; `CoreStartError::Groups` says it is the offsets log.
+    #[error(transparent)]
     Log(#[from] LogError),
     #[error("group config: {0}")]
     Config(#[from] crate::group::GroupConfigError),

@@ -45,7 +45,7 @@ def kafkajs_problem() -> Optional[str]:
         return "node is not installed"
     pkg = JS_DIR / "node_modules" / "kafkajs" / "package.json"
     if not pkg.is_file():
-        return f"kafkajs is not installed: run `npm ci` in {JS_DIR} (.ci/run does)"
+        return f"kafkajs is not installed: run `npm ci` in {JS_DIR} (tests/setup.sh does)"
     return None
 
 

@@ -221,7 +221,7 @@ def test_independent_groups(gbroker, members):
 # --------------------------------------------------------------------------
 
 def kcat_group_read(broker, group, topic, timeout=60):
-    assert KCAT is not None, "kcat is not installed (apt-get install kcat); .ci/run installs it"
+    assert KCAT is not None, "kcat is not installed (apt-get install kcat); tests/setup.sh installs it"
     res = subprocess.run([KCAT, "-b", broker.bootstrap, "-G", group, "-X", "auto.offset.reset=earliest",
                           "-X", "session.timeout.ms=6000", "-e", "-q", "-f", "%t\\t%p\\t%o\\t%s\\n", topic],
                          capture_output=True, timeout=timeout)

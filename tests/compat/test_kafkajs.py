@@ -36,7 +36,7 @@ def _require_kafkajs():
         pytest.fail("node is not installed", pytrace=False)
     pkg = JS_DIR / "node_modules" / "kafkajs" / "package.json"
     if not pkg.is_file():
-        pytest.fail(f"kafkajs is not installed: run `npm ci` in {JS_DIR} (.ci/run does)", pytrace=False)
+        pytest.fail(f"kafkajs is not installed: run `npm ci` in {JS_DIR} (tests/setup.sh does)", pytrace=False)
     version = json.loads(pkg.read_text())["version"]
     assert version.startswith("2.2."), f"kafkajs {version} installed, package.json pins 2.2.x"
 

@@ -31,7 +31,7 @@ FORMAT = "%p\\t%o\\t%k\\t%s\\t%h\\n"
 @pytest.fixture(autouse=True)
 def _require_kcat():
     if KCAT is None:
-        pytest.fail("kcat is not installed (apt-get install kcat); .ci/run installs it", pytrace=False)
+        pytest.fail("kcat is not installed (apt-get install kcat); tests/setup.sh installs it", pytrace=False)
 
 
 def kcat(*args, input=None, timeout=120):
