@@ -62,6 +62,9 @@
 //! page (`Log::load_tail`) are read when first needed. At ten thousand
 //! partitions each file read at open is ~10,000 disk reads after a reboot.
 
+// File I/O: every file and directory operation goes through `disk::Disk`,
+// the real file system (glommio DMA files) or the simulated one of the
+// power-loss tests (`sim_disk`, tests/power_loss.rs).
 mod core_cache;
 pub mod disk;
 pub mod index;
