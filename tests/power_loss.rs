@@ -74,8 +74,8 @@ struct Producer {
 
 impl Producer {
     fn new_batch(&mut self, rng: &mut Lcg) -> Sent {
-        let records = 1 + (rng.next() % 4) as i32;
-        let value_bytes = 20 + (rng.next() % 3_000) as usize;
+        let records = 1 + (rng.draw() % 4) as i32;
+        let value_bytes = 20 + (rng.draw() % 3_000) as usize;
         let sequence = self.next_sequence;
         let data = encode_batch(
             &(0..records)
@@ -95,11 +95,11 @@ impl Producer {
 
 fn config(rng: &mut Lcg) -> LogConfig {
     LogConfig {
-        segment_bytes: [16 << 10, 48 << 10, 1 << 20][(rng.next() % 3) as usize],
-        retention_bytes: [-1, 96 << 10][(rng.next() % 2) as usize],
+        segment_bytes: [16 << 10, 48 << 10, 1 << 20][(rng.draw() % 3) as usize],
+        retention_bytes: [-1, 96 << 10][(rng.draw() % 2) as usize],
         retention_ms: -1,
         flush: FlushPolicy::Always,
-        recycle_segments: rng.next() % 2 == 0,
+        recycle_segments: rng.draw().is_multiple_of(2),
         cache_bytes_max: 8 << 10,
         ..LogConfig::default()
     }
@@ -125,9 +125,9 @@ async fn run_seed(seed: u64) -> usize {
             .unwrap_or_else(|e| panic!("{context}: producer state does not restore: {e}"));
         check_recovered(&context, &log, &producer).await;
         // This life dies at a random operation, or closes cleanly.
-        let clean_end = rng.next() % 4 == 0;
+        let clean_end = rng.draw().is_multiple_of(4);
         if !clean_end {
-            disk.crash_after(1 + rng.next() % 400);
+            disk.crash_after(1 + rng.draw() % 400);
         }
         let crashed = live(&context, &mut rng, &disk, &partition, &mut producer).await;
         let crashed = crashed || {
@@ -164,7 +164,7 @@ async fn live(
     for _ in 0..60 {
         let mut group = Vec::new();
         let mut wait_for = None;
-        for _ in 0..1 + rng.next() % 4 {
+        for _ in 0..1 + rng.draw() % 4 {
             let sent = match producer.unacknowledged.get(group.len()) {
                 Some(retry) => retry.clone(),
                 None => {
@@ -212,11 +212,11 @@ async fn live(
             let sent = producer.unacknowledged.remove(0);
             producer.acknowledged.insert(base, sent);
         }
-        if rng.next() % 3 == 0 && partition.snapshot_producers_if_rolled().await.is_err() {
+        if rng.draw().is_multiple_of(3) && partition.snapshot_producers_if_rolled().await.is_err() {
             assert!(disk.crashed(), "{context}: a snapshot failed with no crash");
             return true;
         }
-        if rng.next() % 5 == 0 && log.enforce_retention(shardlog::log::now_ms()).await.is_err() {
+        if rng.draw().is_multiple_of(5) && log.enforce_retention(shardlog::log::now_ms()).await.is_err() {
             assert!(disk.crashed(), "{context}: retention failed with no crash");
             return true;
         }

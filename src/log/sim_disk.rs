@@ -119,9 +119,9 @@ impl SimDisk {
                 .enumerate()
                 .filter(|(_, e)| matches!(e, Event::Write { .. }))
                 .map(|(i, _)| i)
-                .filter(|_| rng.next() % 2 == 0)
+                .filter(|_| rng.draw().is_multiple_of(2))
                 .collect();
-            let torn = kept_writes.last().copied().filter(|_| rng.next() % 3 == 0);
+            let torn = kept_writes.last().copied().filter(|_| rng.draw().is_multiple_of(3));
             for (i, event) in inode.events.iter().enumerate() {
                 match event {
                     Event::Resize { size: new_size, committed: true } => {
@@ -133,7 +133,7 @@ impl SimDisk {
                         let mut bytes = &bytes[..];
                         if torn == Some(i) {
                             let pages = (bytes.len() as u64).div_ceil(PAGE);
-                            let keep_pages = rng.next() % pages.max(1);
+                            let keep_pages = rng.draw() % pages.max(1);
                             bytes = &bytes[..((keep_pages * PAGE) as usize).min(bytes.len())];
                         }
                         let end = *position as usize + bytes.len();
@@ -381,7 +381,7 @@ impl SimFile {
 pub struct Lcg(pub u64);
 
 impl Lcg {
-    pub fn next(&mut self) -> u64 {
+    pub fn draw(&mut self) -> u64 {
         self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         self.0 >> 33
     }
