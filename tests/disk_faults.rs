@@ -121,18 +121,6 @@ fn full_disk_fails_produces_cleanly_and_recovers_when_space_returns() {
     assert_eq!(broker.stop(), 0);
 }
 
-/// The value of an unlabelled-or-summed series in a Prometheus scrape.
-fn metric(port: u16, name: &str) -> f64 {
-    let (status, body) =
-        shardlog::client::status::http_get(&format!("127.0.0.1:{port}"), "/metrics", Duration::from_secs(10))
-            .expect("scrape");
-    assert_eq!(status, 200);
-    body.lines()
-        .filter(|line| line.split(['{', ' ']).next() == Some(name))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// The values of the records `batch(prefix, count)` holds.
 fn values(prefix: &str, count: usize) -> Vec<String> {
     (0..count).map(|i| format!("{prefix}-value-{i}")).collect()
