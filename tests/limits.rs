@@ -164,7 +164,7 @@ fn produces_past_the_in_flight_budget_wait_unread_until_it_frees() {
     assert!(
         peak_while_held < rss_before + (32 << 10),
         "peak RSS {peak_while_held} KiB: the broker holds the budget's 8 MiB, not the {} MiB sent",
-        PUSHED * FRAME_BYTES >> 20
+        (PUSHED * FRAME_BYTES) >> 20
     );
 
     // The budget frees: everything is read, answered and stored.
