@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Whole-system workloads with `shardlog bench`; each writes one JSON file
 # under perf/results/ holding every run's full bench report plus the machine
-# (and the latest perf/limits.sh result, when there is one).
+# (and the latest perf/limits.sh result, when there is one). A failed run
+# does not stop the others; the script then exits non-zero.
 #
 #   perf/run.sh WORKLOAD [extra shardlog bench flags...]
 #
@@ -33,7 +34,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 workload="${1:-}"
-[ -n "$workload" ] || { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ -n "$workload" ] || { sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 shift
 extra=("$@")
 
@@ -50,6 +51,10 @@ runs=$(mktemp -d)
 trap 'rm -rf "$runs"' EXIT
 mkdir -p perf/results
 
+# Runs that failed: the others still run and are reported, then the script
+# exits non-zero.
+failed=()
+
 # bench NAME ARGS...: one run, its report kept as $runs/NAME.json.
 bench() {
   local name="$1"
@@ -57,6 +62,7 @@ bench() {
   echo "== $name: shardlog bench $*" >&2
   if ! "$SHARDLOG_BIN" bench "$@" "${extra[@]}" --json "$runs/$name.json"; then
     echo "$name failed" >&2
+    failed+=("$name")
   fi
 }
 
@@ -97,6 +103,11 @@ latency_at_rate() { # prefix [--brokers B]
   # with the consumers' load on them too.
   bench "$prefix-max" e2e "$@" "${cores[@]}" --partitions 100 --message-bytes 1024 --acks 1 \
     --duration "$(duration 10s)" --warmup "$warmup" --topic "bench-$prefix-max"
+  if [ ! -f "$runs/$prefix-max.json" ]; then
+    echo "$prefix: no max rate to take percentages of; its rate runs skipped" >&2
+    failed+=("$prefix-10" "$prefix-50" "$prefix-80")
+    return
+  fi
   local max
   max=$(max_msgs_per_s "$runs/$prefix-max.json")
   for percent in 10 50 80; do
@@ -204,3 +215,8 @@ for r in runs:
     print(f"{r['name']}: {mb:.0f} MB/s = " + ', '.join(parts) + f" (limits of {limit.get('date', '?')[:16]})")
 print(f'wrote {path}', file=sys.stderr)
 PY
+
+if [ "${#failed[@]}" -gt 0 ]; then
+  echo "perf/run.sh $workload: ${#failed[@]} run(s) failed: ${failed[*]}" >&2
+  exit 1
+fi

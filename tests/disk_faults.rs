@@ -121,51 +121,118 @@ fn full_disk_fails_produces_cleanly_and_recovers_when_space_returns() {
     assert_eq!(broker.stop(), 0);
 }
 
-/// The value of an unlabelled-or-summed series in a Prometheus scrape.
-fn metric(port: u16, name: &str) -> f64 {
-    let (status, body) =
-        shardlog::client::status::http_get(&format!("127.0.0.1:{port}"), "/metrics", Duration::from_secs(10))
-            .expect("scrape");
-    assert_eq!(status, 200);
-    body.lines()
-        .filter(|line| line.split(['{', ' ']).next() == Some(name))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+/// The values of the records `batch(prefix, count)` holds.
+fn values(prefix: &str, count: usize) -> Vec<String> {
+    (0..count).map(|i| format!("{prefix}-value-{i}")).collect()
+}
+
+/// Every record value of `topic`/`partition` up to its high watermark, in
+/// offset order, checked to start at offset 0 with dense offsets.
+fn stored_values(conn: &mut shardlog::client::Connection, topic: &str, partition: i32) -> Vec<String> {
+    let mut stored = Vec::new();
+    let mut offset = 0;
+    loop {
+        let response = fetch(conn, topic, partition, offset, 0, 1);
+        let p = &response.topics[0].partitions[0];
+        assert_eq!(p.error, ErrorCode::None, "{topic}/{partition} reads");
+        if p.records.is_empty() {
+            assert_eq!(offset, p.high_watermark, "{topic}/{partition}: read up to the high watermark");
+            return stored;
+        }
+        for batch in &p.records {
+            let header = record_batch::validate(batch, 1 << 20).unwrap();
+            assert_eq!(header.base_offset, offset, "{topic}/{partition}: dense offsets");
+            for record in record_batch::decode_records(batch).unwrap() {
+                stored.push(String::from_utf8(record.value.unwrap().to_vec()).unwrap());
+            }
+            offset = header.last_offset() + 1;
+        }
+    }
+}
+
+/// Produces `batch(prefix, 3)` to `eio`/`partition` with acks=all; an
+/// acknowledged batch's values join that partition's `acknowledged`.
+fn send(
+    conn: &mut shardlog::client::Connection,
+    acknowledged: &mut [Vec<String>; 2],
+    partition: i32,
+    prefix: &str,
+) -> ErrorCode {
+    let answer = produce(conn, "eio", partition, batch(prefix, 3), -1);
+    let error = answer.topics[0].partitions[0].error;
+    if error == ErrorCode::None {
+        acknowledged[partition as usize].extend(values(prefix, 3));
+    }
+    error
 }
 
 #[test]
 fn eio_on_fdatasync_stops_that_partition_until_restart_and_loses_nothing_acknowledged() {
     let metrics_port = free_ports(1).to_string();
-    // The storage layer's fault hook: partition 0's first fdatasync fails with EIO.
+    // The storage layer's fault hook: partition 0's fourth fdatasync fails
+    // with EIO. Each produce below waits for its answer before the next, so
+    // each is synced on its own: three are acknowledged before the fault.
     let mut broker =
-        Broker::start_with_env(1, &["--metrics-port", &metrics_port], &[("SHARDLOG_INJECT_FAULT", "eio/0=sync-eio")]);
+        Broker::start_with_env(1, &["--metrics-port", &metrics_port], &[("SHARDLOG_INJECT_FAULT", "eio/0=sync-eio@4")]);
     let metrics_port: u16 = metrics_port.parse().unwrap();
     create_topic(&broker, "eio", 2, &[("flush", "always")]);
     let mut conn = broker.connect();
-    let first = produce(&mut conn, "eio", 0, batch("lost", 3), -1);
-    assert_eq!(first.topics[0].partitions[0].error, ErrorCode::KafkaStorageError);
+    let mut acknowledged: [Vec<String>; 2] = Default::default();
+    for round in 0..3 {
+        for partition in 0..2 {
+            let prefix = format!("p{partition}-before-{round}");
+            assert_eq!(
+                send(&mut conn, &mut acknowledged, partition, &prefix),
+                ErrorCode::None,
+                "{prefix} is acknowledged"
+            );
+        }
+    }
+    assert_eq!(
+        send(&mut conn, &mut acknowledged, 0, "p0-failed"),
+        ErrorCode::KafkaStorageError,
+        "the fourth fdatasync fails"
+    );
     // Past the broker's 1 s reopen interval: an EIO is not retried in place.
     std::thread::sleep(Duration::from_millis(1_500));
-    let again = produce(&mut conn, "eio", 0, batch("again", 3), -1);
-    assert_eq!(again.topics[0].partitions[0].error, ErrorCode::KafkaStorageError, "appends stay stopped");
+    assert_eq!(send(&mut conn, &mut acknowledged, 0, "p0-again"), ErrorCode::KafkaStorageError, "appends stay stopped");
     assert_eq!(metric(metrics_port, "shardlog_failed_logs"), 1.0, "the failed log is reported");
-    // The other partition, and reads of the failed one, keep working.
-    let other = produce(&mut conn, "eio", 1, batch("fine", 4), -1);
-    assert_eq!(other.topics[0].partitions[0].error, ErrorCode::None);
-    let read = fetch(&mut conn, "eio", 0, 0, 0, 1);
-    let p = &read.topics[0].partitions[0];
-    assert_eq!((p.error, p.high_watermark, p.records.len()), (ErrorCode::None, 0, 0), "nothing unacknowledged shows");
+    // The other partition keeps taking writes, and the failed one is read
+    // back: every acknowledged record, and nothing unacknowledged.
+    assert_eq!(send(&mut conn, &mut acknowledged, 1, "p1-during"), ErrorCode::None);
+    assert_eq!(
+        stored_values(&mut conn, "eio", 0),
+        acknowledged[0],
+        "the failed partition reads back what it acknowledged"
+    );
+    assert_eq!(
+        stored_values(&mut conn, "eio", 1),
+        acknowledged[1],
+        "the healthy partition reads back what it acknowledged"
+    );
     assert!(broker.alive());
     // An operator restart (the disk replaced; the hook gone) brings it back.
     broker.env.clear();
     assert_eq!(broker.stop(), 0, "a failed log does not stop a clean shutdown");
     broker.spawn();
     let mut conn = broker.connect();
-    let resumed = produce(&mut conn, "eio", 0, batch("resumed", 2), -1);
-    assert_eq!(resumed.topics[0].partitions[0].error, ErrorCode::None);
+    // The failed batch's write reached the file before its fdatasync failed:
+    // recovery may find it, which Kafka semantics allow (it was never
+    // acknowledged, nor refused as never written). Nothing else may appear.
+    let failed_found = [acknowledged[0].clone(), values("p0-failed", 3)].concat();
+    let after_restart = stored_values(&mut conn, "eio", 0);
+    assert!(
+        after_restart == acknowledged[0] || after_restart == failed_found,
+        "after the restart partition 0 holds what it acknowledged (and at most the failed batch): {after_restart:?}"
+    );
+    assert_eq!(
+        send(&mut conn, &mut acknowledged, 0, "p0-resumed"),
+        ErrorCode::None,
+        "appends resume after the restart"
+    );
     assert_eq!(metric(metrics_port, "shardlog_failed_logs"), 0.0);
-    let p1 = fetch(&mut conn, "eio", 1, 0, 0, 1);
-    assert_eq!(p1.topics[0].partitions[0].high_watermark, 4, "the healthy partition kept its records");
+    assert_eq!(stored_values(&mut conn, "eio", 0), [after_restart, values("p0-resumed", 3)].concat());
+    assert_eq!(stored_values(&mut conn, "eio", 1), acknowledged[1], "the healthy partition kept its records");
 }
 
 fn idempotent_batch(producer_id: i64, base_sequence: i32, prefix: &str) -> Bytes {

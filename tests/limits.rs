@@ -6,6 +6,8 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -61,34 +63,137 @@ fn idle_and_slow_drip_connections_are_closed() {
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
+/// The in-flight budget makes a producer wait, unread, instead of
+/// growing the broker's memory. With an 8 MiB budget, two 4 MiB produces
+/// whose bodies are still arriving hold all of it (a request takes its size
+/// from the budget when its size prefix is read). A client then sends twelve
+/// more 4 MiB produces without reading answers: the broker reads none of
+/// them while the budget is spent, so the client's sends block once the
+/// socket buffers are full, no answer comes, and the broker's peak memory
+/// stays near the budget instead of growing by the 48 MiB sent. Once the
+/// first two arrive whole, every request is read, answered and stored.
 #[test]
-fn concurrent_large_produces_wait_for_the_in_flight_budget_and_all_succeed() {
+fn produces_past_the_in_flight_budget_wait_unread_until_it_frees() {
+    const FRAME_BYTES: usize = 4 << 20;
+    const PUSHED: usize = 12;
+    let metrics_port = free_ports(1);
     let broker = Broker::start(
         1,
-        &["--in-flight-bytes-max", "8388608", "--request-bytes-max", "4194304", "--max-message-bytes", "4194304"],
+        &[
+            "--in-flight-bytes-max",
+            &(2 * FRAME_BYTES).to_string(),
+            "--request-bytes-max",
+            &FRAME_BYTES.to_string(),
+            "--max-message-bytes",
+            &FRAME_BYTES.to_string(),
+            "--metrics-port",
+            &metrics_port.to_string(),
+        ],
     );
     create_topic(&broker, "large", 1, &[]);
-    let records: Vec<Record> = (0..3)
-        .map(|i| Record { value: Some(Bytes::from(vec![i as u8; 1 << 20])), offset_delta: i, ..Record::default() })
-        .collect();
-    let data = encode_batch(&records, 1, ProducerFields::NONE);
-    let port = broker.port;
-    let producers: Vec<_> = (0..12)
+    let pid = broker.child.as_ref().unwrap().id();
+    let rss_before = status_kib(pid, "VmRSS:");
+    let overhead = produce_frame_prefix("large", 0).len() - 4;
+    let batch = batch_of_len(FRAME_BYTES - overhead);
+    let prefix = produce_frame_prefix("large", batch.len());
+    assert_eq!(prefix.len() - 4 + batch.len(), FRAME_BYTES, "each request is exactly request-bytes-max");
+    let frame = [&prefix[..], &batch[..]].concat();
+
+    // Two requests hold the whole budget: their size prefixes and half
+    // their bodies are sent, the rest later.
+    let mut holders: Vec<TcpStream> = (0..2)
         .map(|_| {
-            let data = data.clone();
-            std::thread::spawn(move || {
-                let mut conn =
-                    shardlog::client::Connection::connect(("127.0.0.1", port), Duration::from_secs(30)).unwrap();
-                produce(&mut conn, "large", 0, data, 1).topics[0].partitions[0].error
-            })
+            let mut holder = TcpStream::connect(("127.0.0.1", broker.port)).unwrap();
+            holder.write_all(&frame[..FRAME_BYTES / 2]).unwrap();
+            holder
         })
         .collect();
-    for producer in producers {
-        assert_eq!(producer.join().unwrap(), ErrorCode::None);
+    // Readiness only (the checks below are on behaviour): the broker has
+    // read both size prefixes and taken their budget.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while metric(metrics_port, "shardlog_in_flight_request_bytes") < (2 * FRAME_BYTES) as f64
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(20));
     }
+
+    // A client that sends and does not read answers until it has sent all.
+    let pusher = TcpStream::connect(("127.0.0.1", broker.port)).unwrap();
+    // A small send buffer (no autotuning), so that a send blocks soon after
+    // the broker stops reading.
+    socket2::SockRef::from(&pusher).set_send_buffer_size(64 << 10).unwrap();
+    let watcher = pusher.try_clone().unwrap();
+    let sent_bytes = Arc::new(AtomicUsize::new(0));
+    let push = {
+        let (sent_bytes, frame) = (sent_bytes.clone(), frame.clone());
+        let mut pusher = pusher;
+        std::thread::spawn(move || -> Vec<ErrorCode> {
+            for _ in 0..PUSHED {
+                for chunk in frame.chunks(64 << 10) {
+                    pusher.write_all(chunk).unwrap();
+                    sent_bytes.fetch_add(chunk.len(), Ordering::SeqCst);
+                }
+            }
+            pusher.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+            (0..PUSHED).map(|_| produce_answer_error(&mut pusher)).collect()
+        })
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    let sent_while_held = sent_bytes.load(Ordering::SeqCst);
+    // Has any answer arrived? A peek that does not wait (the pusher's own
+    // writes on the shared socket stay blocking).
+    let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+    let answered_while_held =
+        match socket2::SockRef::from(&watcher).recv_with_flags(&mut probe, libc::MSG_PEEK | libc::MSG_DONTWAIT) {
+            Ok(0) => panic!("the broker closed the pusher's connection"),
+            Ok(_) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => false,
+            Err(e) => panic!("the pusher's connection: {e}"),
+        };
+    let peak_while_held = status_kib(pid, "VmHWM:");
+    eprintln!(
+        "budget held: the pusher sent {sent_while_held} of {} bytes, answered {answered_while_held}; \
+         broker RSS {rss_before} KiB before, peak {peak_while_held} KiB",
+        PUSHED * frame.len()
+    );
+    assert!(!answered_while_held, "no request past the budget is answered while the budget is held");
+    assert!(
+        sent_while_held < FRAME_BYTES,
+        "the broker stopped reading the pusher: its sends block ({sent_while_held} bytes sent, not even one request)"
+    );
+    assert!(
+        peak_while_held < rss_before + (32 << 10),
+        "peak RSS {peak_while_held} KiB: the broker holds the budget's 8 MiB, not the {} MiB sent",
+        (PUSHED * FRAME_BYTES) >> 20
+    );
+
+    // The budget frees: everything is read, answered and stored.
+    for holder in &mut holders {
+        holder.write_all(&frame[FRAME_BYTES / 2..]).unwrap();
+    }
+    for holder in &mut holders {
+        holder.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        assert_eq!(produce_answer_error(holder), ErrorCode::None, "a held request is stored once whole");
+    }
+    let pushed = push.join().unwrap();
+    assert_eq!(pushed, vec![ErrorCode::None; PUSHED], "every pushed request is stored once read");
     let mut conn = broker.connect();
-    let answer = fetch(&mut conn, "large", 0, 33, 0, 1);
-    assert_eq!(answer.topics[0].partitions[0].high_watermark, 36, "12 batches of 3 records");
+    let answer = fetch(&mut conn, "large", 0, 0, 0, 1);
+    assert_eq!(answer.topics[0].partitions[0].high_watermark, (2 + PUSHED) as i64, "one record per request");
+    eprintln!("after: broker peak RSS {} KiB", status_kib(pid, "VmHWM:"));
+}
+
+/// Reads one Produce v7 answer (correlation id 1, as `produce_frame_prefix`
+/// sends) and returns its partition's error.
+fn produce_answer_error(stream: &mut TcpStream) -> ErrorCode {
+    let mut size = [0u8; 4];
+    stream.read_exact(&mut size).expect("an answer");
+    let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
+    stream.read_exact(&mut body).expect("a whole answer");
+    let mut reader = shardlog::protocol::wire::Reader::new(Bytes::from(body));
+    assert_eq!(reader.i32().unwrap(), 1, "correlation id");
+    let response = shardlog::protocol::produce::ProduceResponse::decode(&mut reader, 7).expect("decodes");
+    response.topics[0].partitions[0].error
 }
 
 /// A Produce v7 frame (size prefix included) for one partition, without

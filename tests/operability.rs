@@ -67,6 +67,9 @@ fn metrics_match_the_bytes_records_and_requests_clients_sent_and_received() {
     let broker = Broker::start(2, &["--metrics-port", &metrics_port.to_string(), "--metrics-per-partition", "true"]);
     create_topic(&broker, "ops", 2, &[]);
     let (mut sent_bytes, mut sent_records, mut produce_requests) = (0u64, 0u64, 0u64);
+    // Under flush=always (the default) each of these, sent after the
+    // previous answer, waited for an fdatasync of its own.
+    let mut acknowledged_produces = 0u64;
     let mut per_partition = [0u64; 2];
     for partition in 0..2 {
         let mut conn = broker.connect_port(leader_port(&broker, "ops", partition));
@@ -79,6 +82,7 @@ fn metrics_match_the_bytes_records_and_requests_clients_sent_and_received() {
             let answer = produce(&mut conn, "ops", partition, data, 1);
             assert_eq!(answer.topics[0].partitions[0].error, ErrorCode::None);
             produce_requests += 1;
+            acknowledged_produces += 1;
         }
         // A scrape in the middle of the run sees what was produced so far.
         let scrape = Scrape::take(metrics_port);
@@ -140,7 +144,10 @@ fn metrics_match_the_bytes_records_and_requests_clients_sent_and_received() {
     );
     assert_eq!(m.sum("shardlog_groups", &[]), 1.0);
     assert!(m.sum("shardlog_connections", &[]) >= 1.0);
-    assert!(m.sum("shardlog_fsync_duration_seconds_count", &[]) >= 1.0, "flush=always syncs");
+    assert!(
+        m.sum("shardlog_fsync_duration_seconds_count", &[]) >= acknowledged_produces as f64,
+        "flush=always: an fsync for each of the {acknowledged_produces} acknowledged produces"
+    );
     assert!(m.sum("shardlog_task_queue_delay_seconds_count", &[("core", "1")]) >= 1.0);
     assert_eq!(m.sum("shardlog_ready", &[]), 1.0);
     assert_eq!(m.sum("shardlog_metrics_cores_answered", &[]), 2.0);
@@ -573,6 +580,43 @@ fn grafana_dashboard_and_deployment_guide_name_only_exported_metrics() {
         let unknown: Vec<String> = mentioned_metric_names(text).difference(&exported).cloned().collect();
         assert!(unknown.is_empty(), "{file} names metrics the broker does not export: {unknown:?}");
     }
+}
+
+/// Under flush=always every acknowledged produce is covered by an
+/// fdatasync that completed before its answer. The fsync count is recorded
+/// when an fdatasync completes, and each produce here is sent after the
+/// previous answer, so no fdatasync can cover two of them: when the nth
+/// answer arrives the count has grown by at least n. (A kill -9 cannot tell
+/// a missing fdatasync: the kernel keeps what it accepted; this can.) Under
+/// flush=never the same produces cause none.
+#[test]
+fn flush_always_answers_each_produce_after_an_fsync_of_its_own() {
+    const PRODUCES: usize = 20;
+    let metrics_port = free_ports(1);
+    let broker = Broker::start(1, &["--metrics-port", &metrics_port.to_string()]);
+    create_topic(&broker, "synced", 1, &[("flush", "always")]);
+    create_topic(&broker, "unsynced", 1, &[("flush", "never")]);
+    let fsyncs = || Scrape::take(metrics_port).sum("shardlog_fsync_duration_seconds_count", &[]);
+    let mut conn = broker.connect();
+    let before = fsyncs();
+    for (n, acks) in [1, -1].into_iter().cycle().take(PRODUCES).enumerate() {
+        let answer = produce(&mut conn, "synced", 0, batch(&format!("synced-{n}"), 3), acks);
+        assert_eq!(answer.topics[0].partitions[0].error, ErrorCode::None);
+        let now = fsyncs();
+        assert!(
+            now - before > n as f64,
+            "produce {} (acks={acks}) was answered with {} fsyncs completed since the first was sent",
+            n + 1,
+            now - before
+        );
+    }
+    let before = fsyncs();
+    for n in 0..PRODUCES {
+        let answer = produce(&mut conn, "unsynced", 0, batch(&format!("unsynced-{n}"), 3), 1);
+        assert_eq!(answer.topics[0].partitions[0].error, ErrorCode::None);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(fsyncs(), before, "flush=never: no fsync for {PRODUCES} produces");
 }
 
 /// Polls the core's fsync count until it reaches `at_least` or `limit` passes.

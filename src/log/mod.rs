@@ -295,8 +295,9 @@ struct Inner {
     flush_lock: Semaphore,
     /// Set when written data awaits an fdatasync (interval policy).
     unsynced: Cell<bool>,
-    /// Armed by `inject_fault`: the next matching operation fails.
-    fault: Cell<Option<InjectedFault>>,
+    /// Armed by `inject_fault_nth`: the fault, and how many matching
+    /// operations to go until it strikes (1: the next).
+    fault: Cell<Option<(InjectedFault, u32)>>,
     /// One unit per segment write in flight (held by the write's task).
     writes: Rc<Semaphore>,
     read_ahead: RefCell<ReadAhead>,
@@ -334,13 +335,20 @@ pub enum InjectedFault {
 }
 
 impl InjectedFault {
-    /// Parses `write-eio` or `sync-eio`.
-    pub fn parse(text: &str) -> Option<Self> {
-        match text {
-            "write-eio" => Some(InjectedFault::WriteEio),
-            "sync-eio" => Some(InjectedFault::SyncEio),
-            _ => None,
-        }
+    /// Parses `write-eio` or `sync-eio`, with an optional `@N` (N >= 1):
+    /// the Nth such operation fails instead of the first, so that a test
+    /// has acknowledged data in the log before the fault.
+    pub fn parse(text: &str) -> Option<(Self, u32)> {
+        let (kind, nth) = match text.split_once('@') {
+            Some((kind, nth)) => (kind, nth.parse().ok().filter(|nth| *nth >= 1)?),
+            None => (text, 1),
+        };
+        let fault = match kind {
+            "write-eio" => InjectedFault::WriteEio,
+            "sync-eio" => InjectedFault::SyncEio,
+            _ => return None,
+        };
+        Some((fault, nth))
     }
 }
 
@@ -579,16 +587,30 @@ impl Log {
     /// Test hook: the next write or fdatasync (per `fault`) of this log fails
     /// with EIO, once.
     pub fn inject_fault(&self, fault: InjectedFault) {
-        self.inner.fault.set(Some(fault));
+        self.inject_fault_nth(fault, 1);
     }
 
-    /// The injected error, if `fault` is armed (and disarms it).
+    /// Test hook: the `nth` next write or fdatasync (per `fault`; a roll's
+    /// fdatasync does not count) of this log fails with EIO, once.
+    pub fn inject_fault_nth(&self, fault: InjectedFault, nth: u32) {
+        assert!(nth >= 1, "the first operation is the 1st");
+        self.inner.fault.set(Some((fault, nth)));
+    }
+
+    /// The injected error, if `fault` is armed and this is its operation
+    /// (which disarms it).
     fn injected(&self, fault: InjectedFault, path: &Path) -> Result<(), LogError> {
-        if self.inner.fault.get() != Some(fault) {
-            return Ok(());
+        match self.inner.fault.get() {
+            Some((armed, nth)) if armed == fault && nth > 1 => {
+                self.inner.fault.set(Some((armed, nth - 1)));
+                Ok(())
+            }
+            Some((armed, _)) if armed == fault => {
+                self.inner.fault.set(None);
+                Err(LogError::io(path, std::io::Error::from_raw_os_error(libc::EIO)))
+            }
+            _ => Ok(()),
         }
-        self.inner.fault.set(None);
-        Err(LogError::io(path, std::io::Error::from_raw_os_error(libc::EIO)))
     }
 
     /// True when the log failed for want of space, so reopening it once
@@ -1989,7 +2011,17 @@ pub fn sync_interval(policy: FlushPolicy) -> Option<Duration> {
 
 #[cfg(test)]
 mod tests {
-    use super::{keep_tail, CleanEnd};
+    use super::{keep_tail, CleanEnd, InjectedFault};
+
+    #[test]
+    fn injected_fault_parses_an_optional_nth_operation() {
+        assert_eq!(InjectedFault::parse("sync-eio"), Some((InjectedFault::SyncEio, 1)));
+        assert_eq!(InjectedFault::parse("sync-eio@3"), Some((InjectedFault::SyncEio, 3)));
+        assert_eq!(InjectedFault::parse("write-eio@1"), Some((InjectedFault::WriteEio, 1)));
+        for bad in ["sync-eio@0", "sync-eio@", "sync-eio@x", "read-eio", "sync-eio@-1"] {
+            assert_eq!(InjectedFault::parse(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn clean_end_round_trips_and_rejects_damage() {

@@ -297,9 +297,9 @@ impl Shard {
         if !report.clean_shutdown {
             tracing::info!(%topic, partition = index, scanned_bytes = report.scanned_bytes, truncated_bytes = report.truncated_bytes, "recovered after an unclean shutdown");
         }
-        if let Some(fault) = injected_fault(&topic, index) {
-            tracing::warn!(%topic, partition = index, ?fault, "fault injection armed ({FAULT_ENV})");
-            log.inject_fault(fault);
+        if let Some((fault, nth)) = injected_fault(&topic, index) {
+            tracing::warn!(%topic, partition = index, ?fault, nth, "fault injection armed ({FAULT_ENV})");
+            log.inject_fault_nth(fault, nth);
         }
         let partition = Rc::new(Partition::new(topic.clone(), index, log));
         partition.restore_producers(report.clean_shutdown).await.map_err(|source| ShardError::Log {
@@ -1072,10 +1072,11 @@ const PARTITION_OPEN_CONCURRENCY: usize = 64;
 
 /// Test hook of the disk-fault tests: `topic/partition=sync-eio` (or
 /// `write-eio`), comma separated, makes the first write or fdatasync of those
-/// partitions' logs fail with EIO once they are opened. Unset in production.
+/// partitions' logs fail with EIO once they are opened; `sync-eio@N` the Nth
+/// instead. Unset in production.
 const FAULT_ENV: &str = "SHARDLOG_INJECT_FAULT";
 
-fn injected_fault(topic: &str, index: i32) -> Option<crate::log::InjectedFault> {
+fn injected_fault(topic: &str, index: i32) -> Option<(crate::log::InjectedFault, u32)> {
     let spec = std::env::var(FAULT_ENV).ok()?;
     spec.split(',').find_map(|item| {
         let (target, fault) = item.trim().split_once('=')?;

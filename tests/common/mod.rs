@@ -282,3 +282,16 @@ pub fn status_field(pid: u32, field: &str) -> String {
 pub fn status_kib(pid: u32, field: &str) -> u64 {
     status_field(pid, field).parse().expect("a number")
 }
+
+/// The sum of every sample of metric `name` (all its labels) in a scrape of
+/// the broker's metrics endpoint on `port`.
+pub fn metric(port: u16, name: &str) -> f64 {
+    let (status, body) =
+        shardlog::client::status::http_get(&format!("127.0.0.1:{port}"), "/metrics", Duration::from_secs(10))
+            .expect("scrape");
+    assert_eq!(status, 200);
+    body.lines()
+        .filter(|line| line.split(['{', ' ']).next() == Some(name))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}

@@ -5,7 +5,17 @@ confluent-kafka and kafka-python, kafkajs/groups.js for kafkajs) so a test can
 SIGKILL it (crash) or SIGTERM it (graceful close: consumer.close() /
 disconnect(), which sends LeaveGroup). Members print JSON lines; `Member`
 reads them on a thread and keeps the member's current assignment, the records
-it consumed and the offsets it committed.
+it printed, those its commits cover and the offsets it committed.
+
+What the tests check with these:
+  * a record is consumed once a commit covers it: the member that printed it
+    committed past it (or was SIGKILLed with that commit in flight, which the
+    broker may have applied); a record printed and never committed counts
+    only when a later owner reads it again and commits (`wait_all_consumed`);
+  * no partition is held by two members at any moment of the run, by the
+    assignment intervals of the members' own logs (`assert_exclusive_ownership`);
+  * member errors are only the expected kinds, named
+    (`assert_member_errors`).
 """
 
 from __future__ import annotations
@@ -75,6 +85,13 @@ class Member:
         self.assigned_at: float = 0.0
         self.assignments = 0
         self.records: List[Tuple[str, int, int, Optional[str]]] = []
+        # Records a confirmed commit of this member covers, and those printed
+        # since its last commit of their partition.
+        self.commit_covered: Dict[Tuple[str, int, int], Optional[str]] = {}
+        self._uncommitted: Dict[TP, List[Tuple[int, Optional[str]]]] = {}
+        # The offsets of a commit sent and not yet answered.
+        self._commit_in_flight: Optional[List[Tuple[str, int, int]]] = None
+        self.killed_at: Optional[float] = None
         self.committed: Dict[TP, int] = {}
         self.commit_errors: List[str] = []
         self.errors: List[str] = []
@@ -104,10 +121,16 @@ class Member:
                     self.assigned_at = ev["t"]
                 elif kind == "rec":
                     self.records.append((ev["topic"], ev["p"], ev["o"], ev["v"]))
+                    self._uncommitted.setdefault((ev["topic"], ev["p"]), []).append((ev["o"], ev["v"]))
+                elif kind == "committing":
+                    self._commit_in_flight = [tuple(tpo) for tpo in ev["offsets"]]
                 elif kind == "commit":
+                    self._commit_in_flight = None
                     for t, p, o in ev["offsets"]:
                         self.committed[(t, p)] = o
+                        self._cover((t, p), o, self.commit_covered)
                 elif kind == "commit_error":
+                    self._commit_in_flight = None
                     self.commit_errors.append(ev["err"])
                 elif kind == "error":
                     self.errors.append(ev["err"])
@@ -117,6 +140,16 @@ class Member:
         with self.cond:
             self.cond.notify_all()
 
+    def _cover(self, tp: TP, next_offset: int, into: Dict[Tuple[str, int, int], Optional[str]]):
+        """Moves the printed records of `tp` below `next_offset` into `into`."""
+        kept = []
+        for o, v in self._uncommitted.get(tp, []):
+            if o < next_offset:
+                into[(tp[0], tp[1], o)] = v
+            else:
+                kept.append((o, v))
+        self._uncommitted[tp] = kept
+
     # ---- control ----
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -124,6 +157,8 @@ class Member:
     def kill(self) -> float:
         """SIGKILL; returns the time.time() it was sent."""
         t = time.time()
+        with self.cond:
+            self.killed_at = t
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
         return t
@@ -164,6 +199,48 @@ class Member:
     def offsets_seen(self) -> List[Tuple[str, int, int]]:
         with self.cond:
             return [(t, p, o) for t, p, o, _ in self.records]
+
+    def consumed(self) -> Dict[Tuple[str, int, int], Optional[str]]:
+        """The records this member printed and then committed past, and, if
+        it was SIGKILLed with a commit in flight, those that commit covers
+        (the broker may have applied it). Not what it printed after its last
+        commit: those count only once their next owner commits them."""
+        with self.cond:
+            out = dict(self.commit_covered)
+            if self.killed_at is not None and self._commit_in_flight:
+                pending = {tp: list(records) for tp, records in self._uncommitted.items()}
+                for t, p, o in self._commit_in_flight:
+                    out.update({(t, p, ro): v for ro, v in pending.get((t, p), []) if ro < o})
+            return out
+
+    def ownership(self) -> Dict[TP, List[Tuple[float, float]]]:
+        """When this member held each partition, by its own log: from an
+        "assigned" that names it to the next "revoked" (or "assigned" that
+        does not name it), else to its end: its SIGKILL, its exit, or now."""
+        with self.cond:
+            events = list(self.events)
+            if self.killed_at is not None:
+                end = self.killed_at
+            elif self.closed_at is not None:
+                end = self.closed_at
+            else:
+                end = time.time()
+        held: Dict[TP, float] = {}
+        out: Dict[TP, List[Tuple[float, float]]] = {}
+        for ev in events:
+            if ev["ev"] == "assigned":
+                now = {(t, p) for t, p in ev["parts"]}
+                for tp in [tp for tp in held if tp not in now]:
+                    out.setdefault(tp, []).append((held.pop(tp), ev["t"]))
+                for tp in now:
+                    held.setdefault(tp, ev["t"])
+            elif ev["ev"] == "revoked":
+                for tp, start in held.items():
+                    out.setdefault(tp, []).append((start, ev["t"]))
+                held = {}
+        for tp, start in held.items():
+            out.setdefault(tp, []).append((start, max(end, start)))
+        return out
 
     def wait_for(self, predicate, timeout: float, what: str):
         deadline = time.monotonic() + timeout
@@ -215,6 +292,15 @@ def wait_balanced(members: Sequence[Member], partitions: Set[TP], timeout: float
 
 
 def consumed_union(members: Iterable[Member]) -> Dict[Tuple[str, int, int], Optional[str]]:
+    """Every record some member consumed: printed, then covered by its commit."""
+    out = {}
+    for m in members:
+        out.update(m.consumed())
+    return out
+
+
+def printed_union(members: Iterable[Member]) -> Dict[Tuple[str, int, int], Optional[str]]:
+    """Every record some member printed, committed or not."""
     out = {}
     for m in members:
         with m.cond:
@@ -225,8 +311,9 @@ def consumed_union(members: Iterable[Member]) -> Dict[Tuple[str, int, int], Opti
 
 def wait_all_consumed(members: Sequence[Member], produced: Dict[Tuple[str, int, int], str],
                       timeout: float, what: str = "") -> Dict[Tuple[str, int, int], Optional[str]]:
-    """Wait until every produced (topic, partition, offset) was consumed by some member,
-    then check each consumed value is the one produced there."""
+    """Wait until every produced (topic, partition, offset) was consumed by some
+    member (printed, then committed: see `Member.consumed`), then check each
+    value any member printed is the one produced there."""
     deadline = time.monotonic() + timeout
     while True:
         got = consumed_union(members)
@@ -240,14 +327,69 @@ def wait_all_consumed(members: Sequence[Member], produced: Dict[Tuple[str, int, 
             summary = {p: (len(os_), min(os_), max(os_)) for p, os_ in sorted(by_part.items())}
             state = "\n".join(f"  {m.describe()}: alive={m.alive()} assigned="
                               f"{sorted(p for _, p in m.assigned)} records={len(m.records)}" for m in members)
+            printed = printed_union(members)
+            uncommitted = sorted(k for k in missing if k in printed)
             raise AssertionError(f"{len(missing)} of {len(produced)} produced records never consumed {what} "
-                                 f"(partition: (count, first, last)) {summary}\n{state}")
+                                 f"(partition: (count, first, last)) {summary}; {len(uncommitted)} of them "
+                                 f"printed but never committed, first {uncommitted[:3]}\n{state}")
         time.sleep(0.1)
-    wrong = [(k, produced[k], got[k]) for k in produced if got[k] != produced[k]]
+    printed = printed_union(members)
+    wrong = [(k, produced[k], printed[k]) for k in printed if k in produced and printed[k] != produced[k]]
     assert not wrong, f"consumed values differ from produced ones: {wrong[:5]}"
-    extra = [k for k in got if k not in produced]
+    extra = [k for k in printed if k not in produced]
     assert not extra, f"consumed records nobody produced: {sorted(extra)[:5]}"
     return got
+
+
+def assert_exclusive_ownership(members: Sequence[Member]):
+    """No partition was held by two members of one group at any moment of
+    the run: their assignment intervals (`Member.ownership`) for each
+    partition are disjoint in time. Under the eager protocol a member's
+    revocation comes before it rejoins, and the next owner's assignment after
+    every member has rejoined, so one interval ends before the next begins.
+    They may touch: kafkajs stamps whole milliseconds, which keeps the order
+    of a revocation and a later assignment but may give both the same stamp."""
+    spans: Dict[TP, List[Tuple[float, float, str]]] = {}
+    for m in members:
+        for tp, intervals in m.ownership().items():
+            spans.setdefault(tp, []).extend((start, end, m.name) for start, end in intervals)
+    overlaps = []
+    for tp, items in sorted(spans.items()):
+        items.sort()
+        for i, (start, end, name) in enumerate(items):
+            for other_start, other_end, other in items[i + 1:]:
+                if other_start >= end:
+                    break
+                if other != name:
+                    overlaps.append(f"{tp}: {name} held it {start:.3f}..{end:.3f}, "
+                                    f"{other} {other_start:.3f}..{other_end:.3f}")
+    assert not overlaps, "partitions held by two members at once:\n" + "\n".join(overlaps[:20])
+
+
+# Commit failures a member may meet, by kind. The eager protocol ends a
+# generation while members process: a commit that races the rebalance fails,
+# and the records it covered are read again by their next owner.
+COMMIT_RACED_REBALANCE = ("REBALANCE_IN_PROGRESS", "RebalanceInProgress", "group is rebalancing",
+                          "ILLEGAL_GENERATION", "IllegalGeneration", "generation id is not valid")
+# After a broker restart: shardlog does not persist group membership, so the
+# first commit names a member the coordinator does not know; it rejoins.
+COMMIT_AFTER_RESTART = ("UNKNOWN_MEMBER_ID", "UnknownMemberId", "not aware of this member")
+# Consumer errors while the broker restarts: its connections are refused.
+BROKER_RESTARTING = ("KafkaJSNoBrokerAvailableError", "KafkaJSConnectionError", "_TRANSPORT", "_ALL_BROKERS_DOWN")
+
+
+def assert_member_errors(members: Iterable[Member], commit_errors: Sequence[str] = (),
+                         errors: Sequence[str] = ()):
+    """Every error the members reported is of an expected kind: each commit
+    error contains one of `commit_errors`, each consumer error one of
+    `errors` (none expected when empty)."""
+    unexpected = []
+    for m in members:
+        with m.cond:
+            unexpected += [f"{m.describe()}: commit failed: {e}" for e in m.commit_errors
+                           if not any(kind in e for kind in commit_errors)]
+            unexpected += [f"{m.describe()}: {e}" for e in m.errors if not any(kind in e for kind in errors)]
+    assert not unexpected, "member errors of unexpected kinds:\n" + "\n".join(unexpected[:20])
 
 
 # --------------------------------------------------------------------------

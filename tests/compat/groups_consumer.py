@@ -21,13 +21,15 @@ flushed at once, with `t` = time.time() when the line was written:
   {"ev": "assigned", "parts": [[topic, partition], ...]}   (the whole assignment)
   {"ev": "revoked",  "parts": [...]}   (also on_lost, with "lost": true)
   {"ev": "rec", "topic": T, "p": partition, "o": offset, "v": value (utf-8)}
-  {"ev": "commit", "offsets": [[topic, partition, next_offset], ...]}
+  {"ev": "committing", "offsets": [[topic, partition, next_offset], ...]}   (about to send)
+  {"ev": "commit", "offsets": [[topic, partition, next_offset], ...]}        (the commit succeeded)
   {"ev": "commit_error", "err": "..."}
   {"ev": "error", "err": "..."}   (a non-fatal consumer error)
   {"ev": "closed"}                 (after consumer.close() returned)
 
-SIGTERM (or SIGINT) makes it leave gracefully: the poll loop ends and it calls
-consumer.close(), which sends LeaveGroup. SIGKILL is the crash case.
+SIGTERM (or SIGINT) makes it leave gracefully: the poll loop ends, it prints
+{"ev": "revoked", "parts": [...], "closing": true} (it consumes no more) and
+calls consumer.close(), which sends LeaveGroup. SIGKILL is the crash case.
 """
 
 import json
@@ -100,11 +102,13 @@ def run_confluent(spec):
             offsets[(m.topic(), m.partition())] = m.offset() + 1
         if offsets:
             tps = [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
+            emit("committing", offsets=[[t, p, o] for (t, p), o in sorted(offsets.items())])
             try:
                 consumer.commit(offsets=tps, asynchronous=False)
                 emit("commit", offsets=[[t, p, o] for (t, p), o in sorted(offsets.items())])
             except KafkaException as e:
                 emit("commit_error", err=str(e))
+    emit("revoked", parts=parts(consumer.assignment()), closing=True)
     consumer.close()
     emit("closed")
 
@@ -149,11 +153,13 @@ def run_kafka_python(spec):
                      v=m.value.decode("utf-8", "replace") if m.value is not None else None)
                 offsets[tp] = m.offset + 1
         if offsets:
+            emit("committing", offsets=[[tp.topic, tp.partition, o] for tp, o in sorted(offsets.items())])
             try:
                 consumer.commit({tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()})
                 emit("commit", offsets=[[tp.topic, tp.partition, o] for tp, o in sorted(offsets.items())])
             except KafkaError as e:
                 emit("commit_error", err=repr(e))
+    emit("revoked", parts=parts(consumer.assignment()), closing=True)
     consumer.close(autocommit=False)
     emit("closed")
 

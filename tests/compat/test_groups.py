@@ -5,6 +5,12 @@ groups_common.py) that prints its assignments and consumed records as JSON
 lines and commits synchronously after processing each batch, so a test can
 SIGKILL one (crash) or SIGTERM it (graceful consumer.close()).
 
+A record counts as consumed only once a commit covers it (what a SIGKILLed
+member printed and never committed must be read again by the member that took
+over); no partition may be held by two members at any moment of a run, by the
+members' own assignment logs; and member errors must be of the expected kinds,
+named in groups_common.py.
+
 The broker runs per-core with 2 cores and --group-initial-rebalance-delay-ms 0.
 Members use session.timeout.ms 6000 (the broker's minimum) and a 1 s heartbeat.
 Rebalance medians over many runs: tests/compat/measure_rebalance.py.
@@ -18,10 +24,13 @@ from collections import Counter
 import pytest
 
 from conftest import unique_topic
-from groups_common import (CLIENTS, GROUP_BROKER_ARGS, SESSION_TIMEOUT_MS,
-                           BackgroundProducer, Member, cleanup_members,
-                           describe_group, kafkajs_problem, parse_describe,
-                           produce_values, wait_all_consumed, wait_balanced)
+from groups_common import (BROKER_RESTARTING, CLIENTS, COMMIT_AFTER_RESTART,
+                           COMMIT_RACED_REBALANCE, GROUP_BROKER_ARGS,
+                           SESSION_TIMEOUT_MS, BackgroundProducer, Member,
+                           assert_exclusive_ownership, assert_member_errors,
+                           cleanup_members, describe_group, kafkajs_problem,
+                           parse_describe, produce_values, wait_all_consumed,
+                           wait_balanced)
 
 KCAT = shutil.which("kcat")
 SESSION_S = SESSION_TIMEOUT_MS / 1000
@@ -118,12 +127,17 @@ def test_rebalance_kill_and_leave(broker_factory, members, client, listener):
         produced = producer.stop()
     assert len(produced) > 1000
 
-    # At least once: every produced record was consumed by some member.
+    # At least once: every produced record was consumed (committed) by some
+    # member; what the SIGKILLed one printed without committing, its
+    # successor read again.
     wait_all_consumed(ms, produced, timeout=40, what=f"by {client} group {group}")
     ends = end_offsets(produced)
     wait_committed(last, ends)
     last.terminate()
     last.wait_closed()
+    # Over the whole run, not only at the samples above: never two owners.
+    assert_exclusive_ownership(ms)
+    assert_member_errors(ms, commit_errors=COMMIT_RACED_REBALANCE)
 
     out = gbroker.cli("group", "describe", group, "-b", gbroker.bootstrap).stdout
     rows = parse_describe(out, topic)
@@ -179,6 +193,9 @@ def test_commits_survive_restart(gbroker, members, client):
         f"(first: {sorted(seen)[:3]})"
     b.terminate()
     b.wait_closed()
+    assert_exclusive_ownership([a, b])
+    assert_member_errors([a, b], commit_errors=COMMIT_AFTER_RESTART + COMMIT_RACED_REBALANCE,
+                         errors=BROKER_RESTARTING)
 
 
 # --------------------------------------------------------------------------
@@ -214,6 +231,8 @@ def test_independent_groups(gbroker, members):
             m.terminate()
         for m in ms:
             m.wait_closed()
+        assert_exclusive_ownership(ms)
+        assert_member_errors(ms, commit_errors=COMMIT_RACED_REBALANCE)
 
 
 # --------------------------------------------------------------------------
@@ -267,8 +286,11 @@ def test_group_cli_with_real_client(gbroker, members):
     everything = {**early, **late}
     ends = end_offsets(everything)
 
+    used = []
+
     def consume_once(name, expected, settle=1.0):
         m = members("confluent", gbroker, group, [topic], name)
+        used.append(m)
         wait_balanced([m], {(topic, p) for p in range(partitions)}, timeout=30)
         if expected:
             wait_all_consumed([m], expected, timeout=40, what=f"by {name}")
@@ -340,3 +362,5 @@ def test_group_cli_with_real_client(gbroker, members):
     m = consume_once("f", {**everything, **newer})
     m.terminate()
     m.wait_closed()
+    assert_exclusive_ownership(used)
+    assert_member_errors(used)

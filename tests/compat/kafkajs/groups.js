@@ -13,8 +13,10 @@
 //   {"ev":"start"} {"ev":"assigned","parts":[[topic,partition],..]}
 //   {"ev":"revoked","parts":[..]} (a rebalance began: kafkajs stops fetching)
 //   {"ev":"rec","topic":T,"p":P,"o":O,"v":value}
-//   {"ev":"commit","offsets":[[T,P,next]]} {"ev":"commit_error","err":".."}
+//   {"ev":"committing","offsets":[[T,P,next]]} (about to send)
+//   {"ev":"commit","offsets":[[T,P,next]]} (it succeeded) {"ev":"commit_error","err":".."}
 //   {"ev":"error","err":"..","restart":bool} (consumer crash; kafkajs restarts itself on retriable ones)
+//   {"ev":"revoked","parts":[..],"closing":true} (SIGTERM: it consumes no more)
 //   {"ev":"closed"} (after consumer.disconnect(), which sends LeaveGroup)
 // SIGTERM leaves gracefully; SIGKILL is the crash case.
 
@@ -74,6 +76,7 @@ async function main() {
   const close = async () => {
     if (closing) return;
     closing = true;
+    emit('revoked', { parts: current, closing: true });
     try {
       await consumer.disconnect();
     } finally {
@@ -103,6 +106,7 @@ async function main() {
       }
       if (last !== null) {
         const next = (BigInt(last) + 1n).toString();
+        emit('committing', { offsets: [[batch.topic, batch.partition, Number(next)]] });
         try {
           await consumer.commitOffsets([{ topic: batch.topic, partition: batch.partition, offset: next }]);
           emit('commit', { offsets: [[batch.topic, batch.partition, Number(next)]] });
