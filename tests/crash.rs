@@ -449,12 +449,11 @@ fn sigterm_under_load_leaves_a_producer_snapshot_as_whole_as_the_log() {
 
 /// A producer whose answer was lost retries its batch after a kill -9 that
 /// came just after a segment roll (before the next maintenance pass wrote a
-/// producer snapshot): the retry must be recognised, not stored again. Today
-/// the restart replays only the active segment, forgets the batch left in the
-/// rolled one and appends the retry a second time; the fifty-kills test hits
-/// the same window when a kill lands in it.
+/// producer snapshot): the retry must be recognised, not stored again. The
+/// restart used to replay only the active segment, forget the batch left in
+/// the rolled one and append the retry a second time; now the first
+/// idempotent batch leaves a snapshot the replay starts from.
 #[test]
-#[ignore = "fails today (4 runs in 5): with no producer snapshot yet, a restart replays only the active segment"]
 fn a_retry_after_a_kill_just_past_a_roll_is_not_stored_twice() {
     let mut broker = Broker::start(1, &["--flush", "always", "--segment-bytes", SEGMENT_BYTES]);
     create_topic(&broker, "crash", 1, &[]);

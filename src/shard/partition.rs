@@ -104,9 +104,23 @@ impl Partition {
             self.replay_from.set(self.log.active_segment_base_offset());
             return Ok(());
         }
-        let (offset, producers) = snapshot.unwrap_or_else(|| (self.log.active_segment_base_offset(), HashMap::new()));
+        let (offset, mut producers) =
+            snapshot.unwrap_or_else(|| (self.log.active_segment_base_offset(), HashMap::new()));
+        let log_start = self.log.log_start_offset();
+        if offset < log_start {
+            // Retention deleted data the snapshot does not cover: what the
+            // snapshot knows of a producer is older than a gap the replay
+            // cannot fill. As Kafka does, forget the batches below the log
+            // start (and producers left with none): a producer's next
+            // batch is then taken, where a stale last sequence refused it
+            // as out of order.
+            for entry in producers.values_mut() {
+                entry.batches.retain(|(_, _, base)| *base >= log_start);
+            }
+            producers.retain(|_, entry| !entry.batches.is_empty());
+        }
         *self.producers.borrow_mut() = producers;
-        let offset = offset.clamp(self.log.log_start_offset(), self.log.high_watermark());
+        let offset = offset.clamp(log_start, self.log.high_watermark());
         self.replay_from.set(offset);
         self.replay_producers_from(offset).await
     }
