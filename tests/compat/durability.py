@@ -445,12 +445,16 @@ def kill9(broker, kill_number: int) -> None:
 
 def stop_quietly(broker) -> None:
     """Teardown: SIGTERM, then SIGKILL after 30 s; never raises."""
-    proc = broker.proc
+    terminate(broker.proc, timeout=30)
+
+
+def terminate(proc, timeout: float) -> None:
+    """SIGTERM a running process, then SIGKILL it after `timeout` s."""
     if proc is None or proc.poll() is not None:
         return
     proc.send_signal(signal.SIGTERM)
     try:
-        proc.wait(timeout=30)
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()

@@ -29,7 +29,6 @@ import argparse
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -45,7 +44,7 @@ import pytest  # noqa: E402  (conftest's broker reports startup failures with py
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from conftest import BIN, Broker, pick_ports  # noqa: E402
-from durability import KILL_LOOP_PRODUCER_CONFIG, KillLoopResult, run_kill_loop, stop_quietly  # noqa: E402
+from durability import KILL_LOOP_PRODUCER_CONFIG, KillLoopResult, run_kill_loop, stop_quietly, terminate  # noqa: E402
 
 TOPIC = "kill-loop"
 PARTITIONS = 4
@@ -186,13 +185,7 @@ class BenchLoad:
         self.stopping.set()
         with self.lock:
             proc = self.proc
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        terminate(proc, timeout=10)
         self.thread.join(timeout=15)
 
     def problems(self) -> List[str]:
