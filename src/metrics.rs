@@ -48,7 +48,7 @@ const API_SLOTS: usize = 64;
 
 const _: () =
     assert!(BUCKET_BOUNDS_US[BUCKET_BOUNDS_US.len() - 1] >= crate::constants::FETCH_WAIT_MS_MAX as u64 * 1000);
-const _: () = assert!((ApiKey::IncrementalAlterConfigs as usize) < API_SLOTS);
+const _: () = assert!((ApiKey::DescribeCluster as usize) < API_SLOTS);
 
 /// A fixed-bucket latency histogram; buckets hold counts per bucket (not
 /// cumulative), the last one everything above the largest bound.
@@ -332,7 +332,7 @@ pub fn admin_api(op: &AdminOp) -> ApiKey {
         AdminOp::CreateTopics { .. } => ApiKey::CreateTopics,
         AdminOp::DeleteTopics { .. } => ApiKey::DeleteTopics,
         AdminOp::CreatePartitions { .. } => ApiKey::CreatePartitions,
-        AdminOp::AlterTopicConfigs { .. } => ApiKey::AlterConfigs,
+        AdminOp::AlterTopicConfigs { .. } | AdminOp::AlterBrokerConfigs { .. } => ApiKey::AlterConfigs,
         AdminOp::AllocateProducerId => ApiKey::InitProducerId,
     }
 }
@@ -934,6 +934,9 @@ fn api_name(slot: usize) -> Option<&'static str> {
         ApiKey::CreatePartitions => "CreatePartitions",
         ApiKey::DeleteGroups => "DeleteGroups",
         ApiKey::IncrementalAlterConfigs => "IncrementalAlterConfigs",
+        ApiKey::AlterReplicaLogDirs => "AlterReplicaLogDirs",
+        ApiKey::DescribeLogDirs => "DescribeLogDirs",
+        ApiKey::DescribeCluster => "DescribeCluster",
     })
 }
 

@@ -596,6 +596,35 @@ fn list_offsets_earliest_latest_and_by_time_and_delete_records() {
     assert_eq!(response.topics[0].partitions[0].error, ErrorCode::OffsetOutOfRange);
 }
 
+#[test]
+fn list_offsets_for_a_partition_or_topic_that_does_not_exist_is_unknown_topic_or_partition_in_every_version() {
+    let broker = Broker::start(1, &[]);
+    create_topic(&broker, "one", 1, &[]);
+    let mut conn = broker.connect();
+    for version in 1..=5 {
+        for (topic, index) in [("one", 5), ("one", -1), ("never-created", 0)] {
+            let request = ListOffsetsRequest {
+                replica_id: -1,
+                isolation_level: 0,
+                topics: vec![ListOffsetsTopic {
+                    name: topic.into(),
+                    partitions: vec![ListOffsetsPartition { index, current_leader_epoch: -1, timestamp: -1 }],
+                }],
+            };
+            let reader = conn.request(ApiKey::ListOffsets, version, |w| request.encode(w, version)).unwrap();
+            let answer = shardlog::client::decode(reader, version, ListOffsetsResponse::decode).unwrap();
+            let partition = &answer.topics[0].partitions[0];
+            // Kafka's retriable answer: clients refresh metadata and retry
+            // until their own timeout.
+            assert_eq!(
+                (partition.index, partition.error),
+                (index, ErrorCode::UnknownTopicOrPartition),
+                "v{version} {topic}-{index}"
+            );
+        }
+    }
+}
+
 /// DeleteRecords v1 up to `offset` on one partition; the new low watermark.
 fn delete_records(conn: &mut shardlog::client::Connection, topic: &str, partition: i32, offset: i64) -> i64 {
     use shardlog::protocol::delete_records::{
@@ -896,4 +925,73 @@ fn bad_configuration_is_refused_at_start() {
         .unwrap();
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("flush"));
+}
+
+/// The broker resource with the empty name holds the cluster-wide dynamic
+/// defaults. librdkafka, kafka-python and kafkajs refuse to send that name
+/// (the Java AdminClient sends it), so it is tested here on the wire.
+#[test]
+fn cluster_wide_dynamic_broker_configs_live_under_the_empty_broker_name() {
+    use shardlog::protocol::describe_configs::{
+        DescribeConfigsRequest, DescribeConfigsResource, DescribeConfigsResponse,
+    };
+    use shardlog::protocol::incremental_alter_configs::{
+        IncrementalAlterConfigsRequest, IncrementalAlterConfigsResource, IncrementalAlterConfigsResponse,
+        IncrementalAlterableConfig, CONFIG_OPERATION_SET,
+    };
+    const BROKER: i8 = 4;
+    let broker = Broker::start(2, &[]);
+    let mut conn = broker.connect();
+    let mut alter = |name: &str, key: &str, value: &str| {
+        let request = IncrementalAlterConfigsRequest {
+            resources: vec![IncrementalAlterConfigsResource {
+                resource_type: BROKER,
+                resource_name: name.into(),
+                configs: vec![IncrementalAlterableConfig {
+                    name: key.into(),
+                    config_operation: CONFIG_OPERATION_SET,
+                    value: Some(value.into()),
+                }],
+            }],
+            validate_only: false,
+        };
+        let reader = conn.request(ApiKey::IncrementalAlterConfigs, 1, |w| request.encode(w, 1)).unwrap();
+        let answer = shardlog::client::decode(reader, 1, IncrementalAlterConfigsResponse::decode).unwrap();
+        let response = &answer.responses[0];
+        (response.error, response.error_message.clone().unwrap_or_default())
+    };
+    assert_eq!(alter("", "log.retention.ms", "7200000").0, ErrorCode::None);
+    let (error, message) = alter("", "auto.create.topics.enable", "false");
+    assert_eq!(error, ErrorCode::InvalidRequest);
+    assert!(message.contains("Cannot update these configs dynamically"), "{message}");
+    assert_eq!(alter("not-a-node", "log.retention.ms", "1").0, ErrorCode::InvalidRequest);
+    assert_eq!(alter("9", "log.retention.ms", "1").0, ErrorCode::InvalidRequest, "node 9 does not exist");
+
+    let mut conn = broker.connect();
+    let mut describe = |name: &str| {
+        let request = DescribeConfigsRequest {
+            resources: vec![DescribeConfigsResource {
+                resource_type: BROKER,
+                resource_name: name.into(),
+                configuration_keys: None,
+            }],
+            include_synonyms: true,
+            include_documentation: false,
+        };
+        let reader = conn.request(ApiKey::DescribeConfigs, 3, |w| request.encode(w, 3)).unwrap();
+        let answer = shardlog::client::decode(reader, 3, DescribeConfigsResponse::decode).unwrap();
+        answer.results.into_iter().next().unwrap()
+    };
+    let defaults = describe("");
+    assert_eq!(defaults.error, ErrorCode::None);
+    let listed: Vec<(String, Option<String>, i8)> =
+        defaults.configs.iter().map(|c| (c.name.clone(), c.value.clone(), c.config_source)).collect();
+    assert_eq!(listed, vec![("log.retention.ms".to_string(), Some("7200000".to_string()), 3)]);
+    for node in ["0", "1"] {
+        let described = describe(node);
+        let retention = described.configs.iter().find(|c| c.name == "log.retention.ms").unwrap();
+        assert_eq!((retention.value.as_deref(), retention.config_source), (Some("7200000"), 3), "node {node}");
+        let sources: Vec<i8> = retention.synonyms.iter().map(|s| s.source).collect();
+        assert_eq!(sources, vec![3, 5], "node {node}");
+    }
 }

@@ -2,9 +2,9 @@
 //! a request, produce the next image and per-item results. No I/O here; the
 //! shard that hosts the controller persists and distributes the result.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use super::metadata::{MetadataImage, PartitionInfo, ShardId, TopicInfo};
+use super::metadata::{MetadataImage, NodeId, PartitionInfo, ShardId, TopicInfo};
 use crate::constants;
 use crate::protocol::ErrorCode;
 
@@ -21,6 +21,27 @@ pub struct NewTopic {
     /// -1 or 1 on a single node.
     pub replication_factor: i16,
     pub configs: BTreeMap<String, String>,
+    /// Explicit placement: (partition index, node ids of its replicas).
+    /// When given, `partitions` and `replication_factor` must be -1.
+    pub assignments: Vec<(i32, Vec<i32>)>,
+}
+
+/// Growth of one topic (CreatePartitions).
+#[derive(Debug, Clone)]
+pub struct PartitionGrowth {
+    pub name: String,
+    /// The new total partition count.
+    pub count: i32,
+    /// Explicit placement of each new partition: node ids of its replicas.
+    pub assignments: Option<Vec<Vec<i32>>>,
+}
+
+/// Which dynamic broker configs an alteration changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrokerResource {
+    /// The cluster-wide defaults (the broker resource with the empty name).
+    Cluster,
+    Node(NodeId),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,6 +126,28 @@ pub fn create_topics(
             ));
             continue;
         }
+        if !topic.assignments.is_empty() {
+            match assigned_topic_shards(image, topic) {
+                Ok(shards) => {
+                    if let Err(reason) = check_configs(&topic.configs) {
+                        results.push(ItemResult::err(name, ErrorCode::InvalidConfig, reason));
+                        continue;
+                    }
+                    for shard in &shards {
+                        if let Some(count) = load.get_mut(shard.0 as usize) {
+                            *count += 1;
+                        }
+                    }
+                    if !validate_only {
+                        let salt = salt.wrapping_add(results.len() as u64);
+                        next.durable.topics.insert(name.into(), new_topic_info(name, salt, shards, &topic.configs));
+                    }
+                    results.push(ItemResult::ok(name));
+                }
+                Err((error, reason)) => results.push(ItemResult::err(name, error, reason)),
+            }
+            continue;
+        }
         let partitions = if topic.partitions == -1 { default_partitions } else { topic.partitions };
         if partitions <= 0 || partitions > constants::TOPIC_PARTITIONS_MAX {
             results.push(ItemResult::err(
@@ -127,14 +170,9 @@ pub fn create_topics(
             continue;
         }
         let shards = place_partitions(&mut load, partitions as usize);
-        let info = TopicInfo {
-            name: name.into(),
-            topic_id: topic_id(name, salt.wrapping_add(results.len() as u64)),
-            partitions: shards.into_iter().map(|shard| PartitionInfo { shard, leader_epoch: 0 }).collect(),
-            configs: topic.configs.clone(),
-        };
         if !validate_only {
-            next.durable.topics.insert(name.into(), info);
+            let salt = salt.wrapping_add(results.len() as u64);
+            next.durable.topics.insert(name.into(), new_topic_info(name, salt, shards, &topic.configs));
         }
         results.push(ItemResult::ok(name));
     }
@@ -158,13 +196,13 @@ pub fn delete_topics(image: &MetadataImage, names: &[String]) -> (MetadataImage,
 /// Grows topics to `count` partitions each.
 pub fn create_partitions(
     image: &MetadataImage,
-    requests: &[(String, i32)],
+    requests: &[PartitionGrowth],
     validate_only: bool,
 ) -> (MetadataImage, Vec<ItemResult>) {
     let mut next = image.clone();
     let mut load = image.partitions_per_shard();
     let mut results = Vec::with_capacity(requests.len());
-    for (name, count) in requests {
+    for PartitionGrowth { name, count, assignments } in requests {
         let Some(topic) = next.durable.topics.get_mut(name) else {
             results.push(ItemResult::err(name, ErrorCode::UnknownTopicOrPartition, "no such topic"));
             continue;
@@ -178,8 +216,32 @@ pub fn create_partitions(
             ));
             continue;
         }
+        let added = (*count - current) as usize;
+        let shards = match assignments {
+            Some(assignments) if assignments.len() != added => {
+                results.push(ItemResult::err(
+                    name,
+                    ErrorCode::InvalidReplicaAssignment,
+                    format!(
+                        "Increasing the number of partitions by {added} but {} assignments provided.",
+                        assignments.len()
+                    ),
+                ));
+                continue;
+            }
+            Some(assignments) => {
+                let replicas: Vec<&[i32]> = assignments.iter().map(Vec::as_slice).collect();
+                match assigned_shards(image, &replicas) {
+                    Ok(shards) => shards,
+                    Err((error, reason)) => {
+                        results.push(ItemResult::err(name, error, reason));
+                        continue;
+                    }
+                }
+            }
+            None => place_partitions(&mut load, added),
+        };
         if !validate_only {
-            let shards = place_partitions(&mut load, (*count - current) as usize);
             topic.partitions.extend(shards.into_iter().map(|shard| PartitionInfo { shard, leader_epoch: 0 }));
         }
         results.push(ItemResult::ok(name));
@@ -212,6 +274,112 @@ pub fn alter_topic_configs(
     (next, ItemResult::ok(name))
 }
 
+/// Edits the dynamic broker configs of the cluster or of one node;
+/// `check` validates the resource's resulting set.
+pub fn alter_broker_configs(
+    image: &MetadataImage,
+    resource: BrokerResource,
+    change: &dyn Fn(&mut BTreeMap<String, String>),
+    check: &ConfigCheck,
+    validate_only: bool,
+) -> (MetadataImage, ItemResult) {
+    let mut next = image.clone();
+    let name = match resource {
+        BrokerResource::Cluster => String::new(),
+        BrokerResource::Node(node) => node.0.to_string(),
+    };
+    if let BrokerResource::Node(node) = resource {
+        if image.node(node).is_none() {
+            return (next, ItemResult::err(&name, ErrorCode::InvalidRequest, format!("no node {}", node.0)));
+        }
+    }
+    let durable = &mut next.durable;
+    let current = match resource {
+        BrokerResource::Cluster => &mut durable.broker_configs,
+        BrokerResource::Node(node) => durable.node_configs.entry(node.0).or_default(),
+    };
+    let mut configs = current.clone();
+    change(&mut configs);
+    if let Err(reason) = check(&configs) {
+        return (image.clone(), ItemResult::err(&name, ErrorCode::InvalidRequest, reason));
+    }
+    if !validate_only {
+        *current = configs;
+    }
+    durable.node_configs.retain(|_, configs| !configs.is_empty());
+    next.version += 1;
+    (next, ItemResult::ok(&name))
+}
+
+fn new_topic_info(name: &str, salt: u64, shards: Vec<ShardId>, configs: &BTreeMap<String, String>) -> TopicInfo {
+    TopicInfo {
+        name: name.into(),
+        topic_id: topic_id(name, salt),
+        partitions: shards.into_iter().map(|shard| PartitionInfo { shard, leader_epoch: 0 }).collect(),
+        configs: configs.clone(),
+    }
+}
+
+/// The shards of a topic created with explicit assignments, checked as
+/// Kafka checks them.
+fn assigned_topic_shards(image: &MetadataImage, topic: &NewTopic) -> Result<Vec<ShardId>, (ErrorCode, String)> {
+    if topic.partitions != -1 || topic.replication_factor != -1 {
+        return Err((
+            ErrorCode::InvalidRequest,
+            "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time."
+                .into(),
+        ));
+    }
+    if topic.assignments.len() > constants::TOPIC_PARTITIONS_MAX as usize {
+        return Err((ErrorCode::InvalidPartitions, "number of partitions must be 1 ..= 100000".into()));
+    }
+    let mut sorted: Vec<&(i32, Vec<i32>)> = topic.assignments.iter().collect();
+    sorted.sort_by_key(|(partition, _)| *partition);
+    if sorted.iter().enumerate().any(|(i, (partition, _))| *partition != i as i32) {
+        return Err((
+            ErrorCode::InvalidReplicaAssignment,
+            "partitions should be a consecutive 0-based integer sequence".into(),
+        ));
+    }
+    let replicas: Vec<&[i32]> = sorted.iter().map(|(_, brokers)| brokers.as_slice()).collect();
+    assigned_shards(image, &replicas)
+}
+
+/// The shard of each explicitly placed partition, from the node ids of its
+/// replicas. Each core is a node; a partition has one replica until
+/// replication lands.
+fn assigned_shards(image: &MetadataImage, replicas: &[&[i32]]) -> Result<Vec<ShardId>, (ErrorCode, String)> {
+    let invalid = |reason: String| Err((ErrorCode::InvalidReplicaAssignment, reason));
+    let width = replicas.first().map_or(0, |brokers| brokers.len());
+    let mut shards = Vec::with_capacity(replicas.len());
+    for brokers in replicas {
+        if brokers.is_empty() {
+            return invalid("a partition's replica list is empty".into());
+        }
+        let mut seen = BTreeSet::new();
+        if let Some(duplicate) = brokers.iter().find(|b| !seen.insert(**b)) {
+            return invalid(format!("duplicate node {duplicate} in a replica list"));
+        }
+        let unknown: Vec<String> =
+            brokers.iter().filter(|b| image.node(NodeId(**b)).is_none()).map(|b| b.to_string()).collect();
+        if !unknown.is_empty() {
+            return invalid(format!("Unknown broker(s) in replica assignment: {}.", unknown.join(", ")));
+        }
+        if brokers.len() != width {
+            return invalid("All partitions should have the same number of replicas.".into());
+        }
+        if brokers.len() > 1 {
+            return Err((
+                ErrorCode::InvalidReplicationFactor,
+                "one replica per partition: replication across nodes is not built yet".into(),
+            ));
+        }
+        let node = image.node(NodeId(brokers[0])).expect("checked above");
+        shards.push(node.shard);
+    }
+    Ok(shards)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,7 +402,17 @@ mod tests {
     }
 
     fn new_topic(name: &str, partitions: i32) -> NewTopic {
-        NewTopic { name: name.into(), partitions, replication_factor: -1, configs: BTreeMap::new() }
+        NewTopic {
+            name: name.into(),
+            partitions,
+            replication_factor: -1,
+            configs: BTreeMap::new(),
+            assignments: Vec::new(),
+        }
+    }
+
+    fn growth(name: &str, count: i32, assignments: Option<Vec<Vec<i32>>>) -> PartitionGrowth {
+        PartitionGrowth { name: name.into(), count, assignments }
     }
 
     #[test]
@@ -278,9 +456,88 @@ mod tests {
     #[test]
     fn partitions_only_grow() {
         let (next, _) = create_topics(&image(2), &[new_topic("a", 2)], 1, false, 1, &|_| Ok(()));
-        let (grown, results) = create_partitions(&next, &[("a".into(), 5), ("a".into(), 1)], false);
+        let (grown, results) = create_partitions(&next, &[growth("a", 5, None), growth("a", 1, None)], false);
         assert_eq!(results[0].error, ErrorCode::None);
         assert_eq!(results[1].error, ErrorCode::InvalidPartitions);
         assert_eq!(grown.topic("a").unwrap().partitions.len(), 5);
+    }
+
+    #[test]
+    fn an_explicit_assignment_places_each_partition_on_the_named_node() {
+        let topic = NewTopic {
+            partitions: -1,
+            assignments: vec![(1, vec![0]), (0, vec![2]), (2, vec![2])],
+            ..new_topic("a", -1)
+        };
+        let (next, results) = create_topics(&image(3), &[topic], 1, false, 1, &|_| Ok(()));
+        assert_eq!(results[0].error, ErrorCode::None, "{:?}", results[0].message);
+        let shards: Vec<u32> = next.topic("a").unwrap().partitions.iter().map(|p| p.shard.0).collect();
+        assert_eq!(shards, vec![2, 0, 2]);
+
+        let (grown, results) = create_partitions(&next, &[growth("a", 5, Some(vec![vec![1], vec![0]]))], false);
+        assert_eq!(results[0].error, ErrorCode::None, "{:?}", results[0].message);
+        let shards: Vec<u32> = grown.topic("a").unwrap().partitions.iter().map(|p| p.shard.0).collect();
+        assert_eq!(shards, vec![2, 0, 2, 1, 0]);
+    }
+
+    #[test]
+    fn an_assignment_naming_an_unknown_node_or_with_gaps_is_an_invalid_replica_assignment() {
+        let with = |assignments: Vec<(i32, Vec<i32>)>| NewTopic { assignments, ..new_topic("a", -1) };
+        let cases = [
+            (with(vec![(0, vec![7])]), ErrorCode::InvalidReplicaAssignment),
+            (with(vec![(0, vec![0]), (2, vec![1])]), ErrorCode::InvalidReplicaAssignment),
+            (with(vec![(0, vec![])]), ErrorCode::InvalidReplicaAssignment),
+            (with(vec![(0, vec![1, 1])]), ErrorCode::InvalidReplicaAssignment),
+            (with(vec![(0, vec![0]), (1, vec![0, 1])]), ErrorCode::InvalidReplicaAssignment),
+            (with(vec![(0, vec![0, 1])]), ErrorCode::InvalidReplicationFactor),
+            (NewTopic { partitions: 2, ..with(vec![(0, vec![0])]) }, ErrorCode::InvalidRequest),
+        ];
+        for (topic, expected) in cases {
+            let described = format!("{:?}", topic.assignments);
+            let (next, results) = create_topics(&image(2), &[topic], 1, false, 1, &|_| Ok(()));
+            assert_eq!(results[0].error, expected, "{described}");
+            assert!(next.topic("a").is_none(), "{described}");
+        }
+        let (next, _) = create_topics(&image(2), &[new_topic("a", 1)], 1, false, 1, &|_| Ok(()));
+        for assignments in [vec![vec![5]], vec![vec![0], vec![1]]] {
+            let (grown, results) = create_partitions(&next, &[growth("a", 2, Some(assignments.clone()))], false);
+            assert_eq!(results[0].error, ErrorCode::InvalidReplicaAssignment, "{assignments:?}");
+            assert_eq!(grown.topic("a").unwrap().partitions.len(), 1);
+        }
+    }
+
+    #[test]
+    fn broker_configs_change_per_node_or_cluster_wide_and_a_refused_change_keeps_the_old_set() {
+        let set = |key: &'static str, value: &'static str| {
+            move |configs: &mut BTreeMap<String, String>| {
+                configs.insert(key.into(), value.into());
+            }
+        };
+        let (next, result) =
+            alter_broker_configs(&image(2), BrokerResource::Cluster, &set("log.retention.ms", "1"), &|_| Ok(()), false);
+        assert_eq!(result.error, ErrorCode::None);
+        assert_eq!(next.durable.broker_configs.get("log.retention.ms").map(String::as_str), Some("1"));
+        let (next, result) = alter_broker_configs(
+            &next,
+            BrokerResource::Node(NodeId(1)),
+            &set("log.segment.bytes", "1048576"),
+            &|_| Ok(()),
+            false,
+        );
+        assert_eq!(result.error, ErrorCode::None);
+        assert_eq!(next.durable.node_configs[&1].len(), 1);
+        let refuse = |_: &BTreeMap<String, String>| Err("no".to_string());
+        let (after, result) =
+            alter_broker_configs(&next, BrokerResource::Cluster, &set("num.partitions", "3"), &refuse, false);
+        assert_eq!(result.error, ErrorCode::InvalidRequest);
+        assert_eq!(after.durable, next.durable);
+        let (_, result) = alter_broker_configs(
+            &next,
+            BrokerResource::Node(NodeId(9)),
+            &set("log.retention.ms", "1"),
+            &|_| Ok(()),
+            false,
+        );
+        assert_eq!(result.error, ErrorCode::InvalidRequest);
     }
 }

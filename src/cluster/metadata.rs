@@ -46,6 +46,32 @@ pub struct PersistedMetadata {
     pub topics: BTreeMap<String, TopicInfo>,
     /// First producer id of the next block to hand out.
     pub producer_id_next: i64,
+    /// Dynamic broker configs set for the whole cluster (Kafka's broker
+    /// resource with the empty name), by Kafka name.
+    pub broker_configs: BTreeMap<String, String>,
+    /// Dynamic broker configs set for one node (the broker resource named by
+    /// its node id); they win over `broker_configs`.
+    pub node_configs: BTreeMap<i32, BTreeMap<String, String>>,
+}
+
+/// The format `SLMETA01` files hold (before dynamic broker configs); read
+/// once at start and written back in the current format.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+struct PersistedMetadataV1 {
+    cluster_id: String,
+    topics: BTreeMap<String, TopicInfo>,
+    producer_id_next: i64,
+}
+
+impl From<PersistedMetadataV1> for PersistedMetadata {
+    fn from(old: PersistedMetadataV1) -> Self {
+        Self {
+            cluster_id: old.cluster_id,
+            topics: old.topics,
+            producer_id_next: old.producer_id_next,
+            ..Default::default()
+        }
+    }
 }
 
 /// A consistent view of the cluster, shared read-only by the cores.
@@ -65,6 +91,20 @@ impl MetadataImage {
     pub fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionInfo> {
         let index = usize::try_from(partition).ok()?;
         self.topic(topic)?.partitions.get(index)
+    }
+
+    /// The node with this id, if it is one of the cluster's.
+    pub fn node(&self, node_id: NodeId) -> Option<&NodeInfo> {
+        self.nodes.iter().find(|n| n.node_id == node_id)
+    }
+
+    /// The dynamic broker configs that apply to `node`: its own over the
+    /// cluster-wide ones.
+    pub fn dynamic_broker_configs(&self, node: NodeId) -> crate::config::broker::DynamicConfigs<'_> {
+        crate::config::broker::DynamicConfigs {
+            cluster: &self.durable.broker_configs,
+            node: self.durable.node_configs.get(&node.0),
+        }
     }
 
     pub fn node_of_shard(&self, shard: ShardId) -> NodeId {
@@ -98,10 +138,13 @@ pub enum MetadataError {
 }
 
 const FILE_NAME: &str = "metadata.rkyv";
-const MAGIC: &[u8; 8] = b"SLMETA01";
+const MAGIC: &[u8; 8] = b"SLMETA02";
+/// The format before dynamic broker configs (`PersistedMetadataV1`).
+const MAGIC_V1: &[u8; 8] = b"SLMETA01";
 
 /// Loads the persisted metadata from `dir`, if any. The file is
-/// `MAGIC | crc32 (of payload) | payload`.
+/// `MAGIC | crc32 (of payload) | payload`; a `MAGIC_V1` file is read in the
+/// old layout.
 pub fn load(dir: &Path) -> Result<Option<PersistedMetadata>, MetadataError> {
     let path = dir.join(FILE_NAME);
     let raw = match std::fs::read(&path) {
@@ -111,7 +154,7 @@ pub fn load(dir: &Path) -> Result<Option<PersistedMetadata>, MetadataError> {
     };
     let decode_error =
         |message: &str| MetadataError::Decode { path: path.display().to_string(), message: message.into() };
-    if raw.len() < 12 || &raw[..8] != MAGIC {
+    if raw.len() < 12 || (&raw[..8] != MAGIC && &raw[..8] != MAGIC_V1) {
         return Err(decode_error("bad header"));
     }
     let crc = u32::from_le_bytes([raw[8], raw[9], raw[10], raw[11]]);
@@ -121,6 +164,11 @@ pub fn load(dir: &Path) -> Result<Option<PersistedMetadata>, MetadataError> {
     }
     let mut aligned = rkyv::util::AlignedVec::<16>::new();
     aligned.extend_from_slice(payload);
+    if &raw[..8] == MAGIC_V1 {
+        return rkyv::from_bytes::<PersistedMetadataV1, rkyv::rancor::Error>(&aligned)
+            .map(|old| Some(old.into()))
+            .map_err(|e| decode_error(&e.to_string()));
+    }
     rkyv::from_bytes::<PersistedMetadata, rkyv::rancor::Error>(&aligned)
         .map(Some)
         .map_err(|e| decode_error(&e.to_string()))
@@ -162,6 +210,8 @@ mod tests {
                 configs: [("retention.ms".to_string(), "1000".to_string())].into(),
             },
         );
+        metadata.broker_configs.insert("log.retention.ms".into(), "60000".into());
+        metadata.node_configs.insert(3, [("log.segment.bytes".to_string(), "1048576".to_string())].into());
         store(dir.path(), &metadata).unwrap();
         assert_eq!(load(dir.path()).unwrap(), Some(metadata));
         let path = dir.path().join(FILE_NAME);
@@ -170,5 +220,32 @@ mod tests {
         raw[last] ^= 1;
         std::fs::write(&path, raw).unwrap();
         assert!(load(dir.path()).is_err());
+    }
+
+    #[test]
+    fn a_metadata_file_in_the_first_format_loads_without_dynamic_configs() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = PersistedMetadataV1 {
+            cluster_id: "c".into(),
+            producer_id_next: 3000,
+            topics: [(
+                "t".to_string(),
+                TopicInfo {
+                    name: "t".into(),
+                    topic_id: [9; 16],
+                    partitions: vec![PartitionInfo { shard: ShardId(0), leader_epoch: 2 }],
+                    configs: BTreeMap::new(),
+                },
+            )]
+            .into(),
+        };
+        let payload = rkyv::to_bytes::<rkyv::rancor::Error>(&old).unwrap();
+        let mut raw = MAGIC_V1.to_vec();
+        raw.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+        raw.extend_from_slice(&payload);
+        std::fs::write(dir.path().join(FILE_NAME), raw).unwrap();
+        let loaded = load(dir.path()).unwrap().expect("the old file loads");
+        assert_eq!(loaded, PersistedMetadata::from(old));
+        assert!(loaded.broker_configs.is_empty() && loaded.node_configs.is_empty());
     }
 }

@@ -15,6 +15,7 @@ pub enum ErrorCode {
     LeaderNotAvailable = 5,
     NotLeaderOrFollower = 6,
     RequestTimedOut = 7,
+    ReplicaNotAvailable = 9,
     MessageTooLarge = 10,
     OffsetMetadataTooLarge = 12,
     CoordinatorLoadInProgress = 14,
@@ -47,6 +48,7 @@ pub enum ErrorCode {
     InvalidProducerIdMapping = 49,
     TransactionalIdAuthorizationFailed = 53,
     KafkaStorageError = 56,
+    LogDirNotFound = 57,
     UnknownProducerId = 59,
     NonEmptyGroup = 68,
     GroupIdNotFound = 69,
@@ -59,6 +61,7 @@ pub enum ErrorCode {
     FencedInstanceId = 82,
     InvalidRecord = 87,
     UnstableOffsetCommit = 88,
+    MismatchedEndpointType = 114,
 }
 
 impl ErrorCode {
@@ -85,6 +88,7 @@ pub fn from_code(code: i16) -> ErrorCode {
         LeaderNotAvailable,
         NotLeaderOrFollower,
         RequestTimedOut,
+        ReplicaNotAvailable,
         MessageTooLarge,
         OffsetMetadataTooLarge,
         CoordinatorLoadInProgress,
@@ -117,6 +121,7 @@ pub fn from_code(code: i16) -> ErrorCode {
         InvalidProducerIdMapping,
         TransactionalIdAuthorizationFailed,
         KafkaStorageError,
+        LogDirNotFound,
         UnknownProducerId,
         NonEmptyGroup,
         GroupIdNotFound,
@@ -129,6 +134,7 @@ pub fn from_code(code: i16) -> ErrorCode {
         FencedInstanceId,
         InvalidRecord,
         UnstableOffsetCommit,
+        MismatchedEndpointType,
     ];
     ALL.iter().copied().find(|e| e.code() == code).unwrap_or(UnknownServerError)
 }

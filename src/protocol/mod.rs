@@ -8,12 +8,15 @@ pub mod record_batch;
 pub mod wire;
 
 pub mod alter_configs;
+pub mod alter_replica_log_dirs;
 pub mod api_versions;
 pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_records;
 pub mod delete_topics;
+pub mod describe_cluster;
 pub mod describe_configs;
+pub mod describe_log_dirs;
 pub mod fetch;
 pub mod incremental_alter_configs;
 pub mod init_producer_id;
@@ -61,9 +64,12 @@ pub enum ApiKey {
     OffsetForLeaderEpoch = 23,
     DescribeConfigs = 32,
     AlterConfigs = 33,
+    AlterReplicaLogDirs = 34,
+    DescribeLogDirs = 35,
     CreatePartitions = 37,
     DeleteGroups = 42,
     IncrementalAlterConfigs = 44,
+    DescribeCluster = 60,
 }
 
 /// A supported API with its version range and the first version that uses
@@ -98,6 +104,9 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     range(ApiKey::AlterConfigs, 0, 1, 2),
     range(ApiKey::CreatePartitions, 0, 1, 2),
     range(ApiKey::IncrementalAlterConfigs, 0, 1, 1),
+    range(ApiKey::AlterReplicaLogDirs, 1, 2, 2),
+    range(ApiKey::DescribeLogDirs, 1, 4, 2),
+    range(ApiKey::DescribeCluster, 0, 2, 0),
     range(ApiKey::FindCoordinator, 0, 2, 3),
     range(ApiKey::JoinGroup, 0, 5, 6),
     range(ApiKey::SyncGroup, 0, 3, 4),
@@ -135,9 +144,12 @@ impl ApiKey {
             23 => OffsetForLeaderEpoch,
             32 => DescribeConfigs,
             33 => AlterConfigs,
+            34 => AlterReplicaLogDirs,
+            35 => DescribeLogDirs,
             37 => CreatePartitions,
             42 => DeleteGroups,
             44 => IncrementalAlterConfigs,
+            60 => DescribeCluster,
             _ => return None,
         })
     }
@@ -236,5 +248,10 @@ pub fn decode_request_body(request: &Request, reader: &mut Reader) -> DecodeResu
         ApiKey::IncrementalAlterConfigs => {
             incremental_alter_configs::IncrementalAlterConfigsRequest::decode(reader, version).map(drop)
         }
+        ApiKey::AlterReplicaLogDirs => {
+            alter_replica_log_dirs::AlterReplicaLogDirsRequest::decode(reader, version).map(drop)
+        }
+        ApiKey::DescribeLogDirs => describe_log_dirs::DescribeLogDirsRequest::decode(reader, version).map(drop),
+        ApiKey::DescribeCluster => describe_cluster::DescribeClusterRequest::decode(reader, version).map(drop),
     }
 }

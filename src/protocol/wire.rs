@@ -267,6 +267,18 @@ impl Reader {
         }
     }
 
+    /// A nullable array's length in the flexible or the classic encoding.
+    pub fn nullable_array_len_v(&mut self, flexible: bool, element_bytes_min: usize) -> DecodeResult<Option<usize>> {
+        if !flexible {
+            return self.nullable_array_len(element_bytes_min);
+        }
+        let len_plus_one = self.uvarint()?;
+        if len_plus_one == 0 {
+            return Ok(None);
+        }
+        self.check_count(i64::from(len_plus_one) - 1, element_bytes_min).map(Some)
+    }
+
     fn check_count(&self, count: i64, element_bytes_min: usize) -> DecodeResult<usize> {
         if count < 0 {
             return Ok(0);
@@ -433,6 +445,15 @@ impl Writer {
             self.uvarint(len as u32 + 1);
         } else {
             self.i32(len as i32);
+        }
+    }
+
+    /// A nullable array's length: `None` writes null.
+    pub fn nullable_array_len_v(&mut self, len: Option<usize>, flexible: bool) {
+        match (len, flexible) {
+            (Some(len), _) => self.array_len_v(len, flexible),
+            (None, true) => self.uvarint(0),
+            (None, false) => self.i32(-1),
         }
     }
 

@@ -69,7 +69,15 @@ pub enum AdminOp {
         names: Vec<String>,
     },
     CreatePartitions {
-        topics: Vec<(String, i32)>,
+        topics: Vec<controller::PartitionGrowth>,
+        validate_only: bool,
+    },
+    /// Set (`Some`) or delete (`None`) dynamic broker configs of the cluster
+    /// or of one node; `replace` drops the rest.
+    AlterBrokerConfigs {
+        resource: controller::BrokerResource,
+        changes: Vec<(String, Option<String>)>,
+        replace: bool,
         validate_only: bool,
     },
     /// Set (`Some`) or delete (`None`) topic configs; `replace` drops the rest.
@@ -229,8 +237,9 @@ impl Shard {
     pub async fn apply_image(&self, image: Arc<MetadataImage>) -> Result<(), ShardError> {
         *self.image.borrow_mut() = image.clone();
         let mut wanted: BTreeMap<(String, i32), crate::log::LogConfig> = BTreeMap::new();
+        let dynamic = image.dynamic_broker_configs(image.node_of_shard(self.id));
         for topic in image.durable.topics.values() {
-            let mut log_config = self.config.topic_log_config(&topic.configs)?;
+            let mut log_config = self.config.effective_topic_log_config(dynamic, &topic.configs)?;
             for (index, p) in topic.partitions.iter().enumerate() {
                 if p.shard == self.id {
                     log_config.leader_epoch = p.leader_epoch;
@@ -580,18 +589,17 @@ impl Shard {
                 controller::create_partitions(&image, &topics, validate_only)
             }
             AdminOp::AlterTopicConfigs { name, changes, replace, validate_only } => {
-                let change = |configs: &mut BTreeMap<String, String>| {
-                    if replace {
-                        configs.clear();
-                    }
-                    for (key, value) in &changes {
-                        match value {
-                            Some(value) => configs.insert(key.clone(), value.clone()),
-                            None => configs.remove(key),
-                        };
-                    }
-                };
+                let change = |configs: &mut BTreeMap<String, String>| apply_changes(configs, &changes, replace);
                 let (next, item) = controller::alter_topic_configs(&image, &name, &change, &check, validate_only);
+                (next, vec![item])
+            }
+            AdminOp::AlterBrokerConfigs { resource, changes, replace, validate_only } => {
+                let change = |configs: &mut BTreeMap<String, String>| apply_changes(configs, &changes, replace);
+                let config = self.config.clone();
+                let check = move |configs: &BTreeMap<String, String>| {
+                    crate::config::broker::validate_dynamic(&config, configs).map_err(|e| e.to_string())
+                };
+                let (next, item) = controller::alter_broker_configs(&image, resource, &change, &check, validate_only);
                 (next, vec![item])
             }
             AdminOp::AllocateProducerId => return AdminReply::ProducerId(self.allocate_producer_id().await),
@@ -981,6 +989,20 @@ impl Shard {
 /// batch is at least half of the request, otherwise a copy, so that a small
 /// batch in a long cache never keeps a large request's memory alive (what
 /// the cache holds stays within twice what it counts).
+/// Sets (`Some`) or deletes (`None`) config keys; `replace` clears the rest
+/// first (AlterConfigs; IncrementalAlterConfigs edits).
+fn apply_changes(configs: &mut BTreeMap<String, String>, changes: &[(String, Option<String>)], replace: bool) {
+    if replace {
+        configs.clear();
+    }
+    for (key, value) in changes {
+        match value {
+            Some(value) => configs.insert(key.clone(), value.clone()),
+            None => configs.remove(key),
+        };
+    }
+}
+
 fn owned_for_cache(batch: BytesMut, request_bytes: usize) -> BytesMut {
     if batch.len().saturating_mul(2) >= request_bytes {
         batch

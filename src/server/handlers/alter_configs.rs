@@ -1,11 +1,15 @@
-//! AlterConfigs (replace all of a topic's overrides) and
-//! IncrementalAlterConfigs (set or delete single keys), applied by the
-//! controller and pushed to the owning cores at once.
+//! AlterConfigs (replace all of a resource's dynamic configs) and
+//! IncrementalAlterConfigs (set or delete single keys), for topics and for
+//! brokers (a node id, or the empty name for the cluster-wide defaults;
+//! see `config::broker` for which broker configs may change). Applied by
+//! the controller and pushed to the owning cores at once.
 
 use std::rc::Rc;
 
-use super::describe_configs::RESOURCE_TOPIC;
+use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
 use super::{respond, response, Outcome};
+use crate::cluster::controller::BrokerResource;
+use crate::cluster::metadata::NodeId;
 use crate::protocol::alter_configs::{AlterConfigsRequest, AlterConfigsResourceResponse, AlterConfigsResponse};
 use crate::protocol::incremental_alter_configs::{
     IncrementalAlterConfigsRequest, IncrementalAlterConfigsResourceResponse, IncrementalAlterConfigsResponse,
@@ -51,7 +55,7 @@ pub async fn handle_incremental(shard: &Rc<Shard>, request: &Request, reader: &m
         let (error, error_message) = if unsupported {
             (
                 ErrorCode::InvalidConfig,
-                Some("APPEND and SUBTRACT apply to list configs, which topics here do not have".into()),
+                Some("APPEND and SUBTRACT apply to list configs, and none here may change".into()),
             )
         } else {
             alter(shard, resource.resource_type, &resource.resource_name, changes, false, body.validate_only).await
@@ -76,10 +80,16 @@ async fn alter(
     replace: bool,
     validate_only: bool,
 ) -> (ErrorCode, Option<String>) {
-    if resource_type != RESOURCE_TOPIC {
-        return (ErrorCode::InvalidRequest, Some("only topic configs can be altered".into()));
-    }
-    let op = AdminOp::AlterTopicConfigs { name: name.into(), changes, replace, validate_only };
+    let op = match resource_type {
+        RESOURCE_TOPIC => AdminOp::AlterTopicConfigs { name: name.into(), changes, replace, validate_only },
+        RESOURCE_BROKER => match broker_resource(name) {
+            Some(resource) => AdminOp::AlterBrokerConfigs { resource, changes, replace, validate_only },
+            None => {
+                return (ErrorCode::InvalidRequest, Some(format!("broker resource name '{name}' is not a node id")));
+            }
+        },
+        _ => return (ErrorCode::InvalidRequest, Some("only topic and broker configs can be altered".into())),
+    };
     match shard.admin(op).await {
         AdminReply::Items(items) => match items.into_iter().next() {
             Some(item) => (item.error, item.message),
@@ -87,4 +97,12 @@ async fn alter(
         },
         _ => (ErrorCode::UnknownServerError, None),
     }
+}
+
+/// A broker resource name: empty for the cluster-wide defaults, else a node id.
+pub fn broker_resource(name: &str) -> Option<BrokerResource> {
+    if name.is_empty() {
+        return Some(BrokerResource::Cluster);
+    }
+    name.parse().ok().map(|id| BrokerResource::Node(NodeId(id)))
 }

@@ -1,8 +1,10 @@
-//! CreatePartitions: grows topics; new partitions go to the least-loaded cores.
+//! CreatePartitions: grows topics; new partitions go to the nodes an explicit
+//! assignment names, or else to the least-loaded cores.
 
 use std::rc::Rc;
 
 use super::{respond, response, Outcome};
+use crate::cluster::controller::PartitionGrowth;
 use crate::protocol::create_partitions::{
     CreatePartitionsRequest, CreatePartitionsResponse, CreatePartitionsTopicResult,
 };
@@ -12,21 +14,17 @@ use crate::shard::{AdminOp, AdminReply, Shard};
 pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -> DecodeResult<Outcome> {
     let version = request.header.api_version;
     let body = CreatePartitionsRequest::decode(reader, version)?;
-    let mut refused = Vec::new();
-    let mut topics = Vec::new();
-    for topic in body.topics {
-        if topic.assignments.is_some() {
-            refused.push(CreatePartitionsTopicResult {
-                name: topic.name,
-                error: ErrorCode::InvalidReplicaAssignment,
-                error_message: Some("manual replica assignment is not supported".into()),
-            });
-        } else {
-            topics.push((topic.name, topic.count));
-        }
-    }
-    let names: Vec<String> = topics.iter().map(|t| t.0.clone()).collect();
-    let mut results: Vec<CreatePartitionsTopicResult> = match shard
+    let topics: Vec<PartitionGrowth> = body
+        .topics
+        .into_iter()
+        .map(|topic| PartitionGrowth {
+            name: topic.name,
+            count: topic.count,
+            assignments: topic.assignments.map(|a| a.into_iter().map(|a| a.broker_ids).collect()),
+        })
+        .collect();
+    let names: Vec<String> = topics.iter().map(|t| t.name.clone()).collect();
+    let results: Vec<CreatePartitionsTopicResult> = match shard
         .admin(AdminOp::CreatePartitions { topics, validate_only: body.validate_only })
         .await
     {
@@ -39,7 +37,6 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
             .map(|name| CreatePartitionsTopicResult { name, error: ErrorCode::RequestTimedOut, error_message: None })
             .collect(),
     };
-    results.extend(refused);
     let mut w = response(request);
     CreatePartitionsResponse { throttle_time_ms: 0, results }.encode(&mut w, version);
     Ok(respond(w))

@@ -1,5 +1,6 @@
 //! CreateTopics: validated and applied by the controller (core 0); answered
-//! after every core has opened its new partitions.
+//! after every core has opened its new partitions. Explicit replica
+//! assignments name nodes (each core is one).
 
 use std::rc::Rc;
 
@@ -12,27 +13,20 @@ use crate::shard::{AdminOp, AdminReply, Shard};
 pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -> DecodeResult<Outcome> {
     let version = request.header.api_version;
     let body = CreateTopicsRequest::decode(reader, version)?;
-    let mut refused = Vec::new();
     let mut topics = Vec::new();
     for topic in body.topics {
-        if !topic.assignments.is_empty() {
-            refused.push(CreatableTopicResult {
-                name: topic.name,
-                error: ErrorCode::InvalidReplicaAssignment,
-                error_message: Some("manual replica assignment is not supported".into()),
-            });
-            continue;
-        }
         let configs = topic.configs.into_iter().filter_map(|c| c.value.map(|v| (c.name, v))).collect();
+        let assignments = topic.assignments.into_iter().map(|a| (a.partition_index, a.broker_ids)).collect();
         topics.push(NewTopic {
             name: topic.name,
             partitions: topic.num_partitions,
             replication_factor: topic.replication_factor,
             configs,
+            assignments,
         });
     }
     let names: Vec<String> = topics.iter().map(|t| t.name.clone()).collect();
-    let mut results: Vec<CreatableTopicResult> =
+    let results: Vec<CreatableTopicResult> =
         match shard.admin(AdminOp::CreateTopics { topics, validate_only: body.validate_only }).await {
             AdminReply::Items(items) if items.len() == names.len() => items
                 .into_iter()
@@ -43,7 +37,6 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
                 .map(|name| CreatableTopicResult { name, error: ErrorCode::RequestTimedOut, error_message: None })
                 .collect(),
         };
-    results.extend(refused);
     let mut w = response(request);
     CreateTopicsResponse { throttle_time_ms: 0, topics: results }.encode(&mut w, version);
     Ok(respond(w))

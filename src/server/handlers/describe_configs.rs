@@ -1,26 +1,28 @@
-//! DescribeConfigs: a topic's effective configs (its overrides over the
-//! broker defaults) and the broker's own settings.
+//! DescribeConfigs: a topic's effective configs (its overrides over this
+//! node's dynamic broker configs over the static broker settings) and a
+//! broker's configs (a node id: every config this node runs with; the empty
+//! name: the cluster-wide dynamic defaults that are set). Each entry comes
+//! with its source, read-only flag, type and, when asked, its synonyms: the
+//! layers beneath it (see `config::broker`).
 
 use std::rc::Rc;
 
+use super::alter_configs::broker_resource;
 use super::{respond, response, Outcome};
+use crate::cluster::controller::BrokerResource;
+use crate::cluster::metadata::MetadataImage;
+use crate::config::broker::{self, ConfigEntry, ConfigSource, ConfigType, Synonym};
 use crate::config::TOPIC_CONFIG_KEYS;
 use crate::log::LogConfig;
 use crate::protocol::describe_configs::{
-    DescribeConfigsRequest, DescribeConfigsResourceResult, DescribeConfigsResponse, DescribeConfigsResult,
+    DescribeConfigsRequest, DescribeConfigsResource, DescribeConfigsResourceResult, DescribeConfigsResponse,
+    DescribeConfigsResult, DescribeConfigsSynonym,
 };
 use crate::protocol::{DecodeResult, ErrorCode, Reader, Request};
 use crate::shard::Shard;
 
 pub const RESOURCE_TOPIC: i8 = 2;
 pub const RESOURCE_BROKER: i8 = 4;
-const SOURCE_TOPIC: i8 = 1;
-const SOURCE_STATIC_BROKER: i8 = 4;
-const SOURCE_DEFAULT: i8 = 5;
-const TYPE_STRING: i8 = 2;
-const TYPE_INT: i8 = 3;
-const TYPE_LONG: i8 = 5;
-const TYPE_LIST: i8 = 7;
 
 pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -> DecodeResult<Outcome> {
     let version = request.header.api_version;
@@ -30,55 +32,25 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
         .resources
         .into_iter()
         .map(|resource| {
-            let keys = resource.configuration_keys.clone();
-            let wanted = |name: &str| keys.as_ref().is_none_or(|k| k.iter().any(|k| k == name));
-            let mut result = DescribeConfigsResult {
-                error: ErrorCode::None,
-                error_message: None,
-                resource_type: resource.resource_type,
-                resource_name: resource.resource_name.clone(),
-                configs: Vec::new(),
+            let described = match resource.resource_type {
+                RESOURCE_TOPIC => describe_topic(shard, &image, &resource),
+                RESOURCE_BROKER => describe_broker(shard, &image, &resource),
+                _ => Err((ErrorCode::InvalidRequest, "only topic and broker resources are described".into())),
             };
-            match resource.resource_type {
-                RESOURCE_TOPIC => match image.topic(&resource.resource_name) {
-                    Some(topic) => match shard.config.topic_log_config(&topic.configs) {
-                        Ok(log) => {
-                            for key in TOPIC_CONFIG_KEYS.iter().filter(|k| wanted(k)) {
-                                let source =
-                                    if topic.configs.contains_key(*key) { SOURCE_TOPIC } else { SOURCE_DEFAULT };
-                                result.configs.push(entry(key, topic_value(&log, key), source, false));
-                            }
-                        }
-                        Err(err) => {
-                            result.error = ErrorCode::InvalidConfig;
-                            result.error_message = Some(err.to_string());
-                        }
-                    },
-                    None => {
-                        result.error = ErrorCode::UnknownTopicOrPartition;
-                        result.error_message = Some("no such topic".into());
-                    }
-                },
-                RESOURCE_BROKER => {
-                    let config = &shard.config;
-                    let settings = [
-                        ("num.partitions", config.topic.partitions.to_string()),
-                        ("log.dirs", config.data.display().to_string()),
-                        ("auto.create.topics.enable", config.auto_create_topics.to_string()),
-                        ("socket.request.max.bytes", config.request_bytes_max.to_string()),
-                        ("log.retention.ms", config.topic.retention_ms.to_string()),
-                        ("log.segment.bytes", config.topic.segment_bytes.to_string()),
-                    ];
-                    for (name, value) in settings.into_iter().filter(|(n, _)| wanted(n)) {
-                        result.configs.push(entry(name, value, SOURCE_STATIC_BROKER, true));
-                    }
-                }
-                _ => {
-                    result.error = ErrorCode::InvalidRequest;
-                    result.error_message = Some("only topic and broker resources are described".into());
-                }
+            let (error, error_message, configs) = match described {
+                Ok(entries) => (ErrorCode::None, None, entries),
+                Err((error, message)) => (error, Some(message), Vec::new()),
+            };
+            DescribeConfigsResult {
+                error,
+                error_message,
+                resource_type: resource.resource_type,
+                resource_name: resource.resource_name,
+                configs: configs
+                    .into_iter()
+                    .map(|entry| wire_entry(entry, body.include_synonyms, body.include_documentation))
+                    .collect(),
             }
-            result
         })
         .collect();
     let mut w = response(request);
@@ -86,22 +58,101 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
     Ok(respond(w))
 }
 
-fn entry(name: &str, value: String, source: i8, read_only: bool) -> DescribeConfigsResourceResult {
-    let config_type = match name {
-        "retention.ms" | "retention.bytes" | "segment.bytes" | "segment.ms" => TYPE_LONG,
-        "max.message.bytes" | "min.insync.replicas" => TYPE_INT,
-        "cleanup.policy" => TYPE_LIST,
-        _ => TYPE_STRING,
+type Described = Result<Vec<ConfigEntry>, (ErrorCode, String)>;
+
+fn wanted(resource: &DescribeConfigsResource) -> impl Fn(&str) -> bool + '_ {
+    |name: &str| resource.configuration_keys.as_ref().is_none_or(|keys| keys.iter().any(|k| k == name))
+}
+
+fn describe_broker(shard: &Shard, image: &MetadataImage, resource: &DescribeConfigsResource) -> Described {
+    let wanted = wanted(resource);
+    match broker_resource(&resource.resource_name) {
+        Some(BrokerResource::Cluster) => Ok(broker::describe_cluster_defaults(&image.durable.broker_configs, &wanted)),
+        Some(BrokerResource::Node(node_id)) => match image.node(node_id) {
+            Some(node) => {
+                let dynamic = image.dynamic_broker_configs(node_id);
+                Ok(broker::describe_broker(&shard.config, node, dynamic, &wanted))
+            }
+            None => Err((ErrorCode::InvalidRequest, format!("no node {}", node_id.0))),
+        },
+        None => Err((
+            ErrorCode::InvalidRequest,
+            format!("broker resource name '{}' is not a node id", resource.resource_name),
+        )),
+    }
+}
+
+/// A topic as this node serves it: its overrides over this node's broker
+/// layers.
+fn describe_topic(shard: &Shard, image: &MetadataImage, resource: &DescribeConfigsResource) -> Described {
+    let Some(topic) = image.topic(&resource.resource_name) else {
+        return Err((ErrorCode::UnknownTopicOrPartition, "no such topic".into()));
+    };
+    let node_id = image.node_of_shard(shard.id);
+    let node = image.node(node_id).expect("a core's node is in the image");
+    let dynamic = image.dynamic_broker_configs(node_id);
+    let log = shard
+        .config
+        .effective_topic_log_config(dynamic, &topic.configs)
+        .map_err(|err| (ErrorCode::InvalidConfig, err.to_string()))?;
+    let wanted = wanted(resource);
+    let entries = TOPIC_CONFIG_KEYS
+        .iter()
+        .filter(|key| wanted(key))
+        .map(|key| {
+            let mut synonyms = Vec::new();
+            if let Some(value) = topic.configs.get(*key) {
+                synonyms.push(Synonym { name: key.to_string(), value: value.clone(), source: ConfigSource::Topic });
+            }
+            synonyms.extend(broker::topic_config_layers(key, &shard.config, node, dynamic));
+            let source = synonyms.first().map_or(ConfigSource::Default, |s| s.source);
+            ConfigEntry {
+                name: key.to_string(),
+                value: topic_value(&log, key),
+                source,
+                read_only: false,
+                config_type: topic_config_type(key),
+                synonyms,
+                documentation: "",
+            }
+        })
+        .collect();
+    Ok(entries)
+}
+
+fn wire_entry(
+    entry: ConfigEntry,
+    include_synonyms: bool,
+    include_documentation: bool,
+) -> DescribeConfigsResourceResult {
+    let synonyms = if include_synonyms {
+        entry
+            .synonyms
+            .into_iter()
+            .map(|s| DescribeConfigsSynonym { name: s.name, value: Some(s.value), source: s.source as i8 })
+            .collect()
+    } else {
+        Vec::new()
     };
     DescribeConfigsResourceResult {
-        name: name.into(),
-        value: Some(value),
-        read_only,
-        config_source: source,
+        name: entry.name,
+        value: Some(entry.value),
+        read_only: entry.read_only,
+        config_source: entry.source as i8,
         is_sensitive: false,
-        synonyms: Vec::new(),
-        config_type,
-        documentation: None,
+        synonyms,
+        config_type: entry.config_type as i8,
+        documentation: (include_documentation && !entry.documentation.is_empty())
+            .then(|| entry.documentation.to_string()),
+    }
+}
+
+fn topic_config_type(key: &str) -> ConfigType {
+    match key {
+        "retention.ms" | "retention.bytes" | "segment.ms" => ConfigType::Long,
+        "segment.bytes" | "max.message.bytes" | "min.insync.replicas" => ConfigType::Int,
+        "cleanup.policy" => ConfigType::List,
+        _ => ConfigType::String,
     }
 }
 

@@ -33,7 +33,13 @@ pub async fn auto_create(shard: &Rc<Shard>, names: Vec<String>) {
     let topics = names
         .into_iter()
         .filter(|n| crate::cluster::controller::validate_topic_name(n).is_ok())
-        .map(|name| NewTopic { name, partitions: -1, replication_factor: -1, configs: Default::default() })
+        .map(|name| NewTopic {
+            name,
+            partitions: -1,
+            replication_factor: -1,
+            configs: Default::default(),
+            assignments: Vec::new(),
+        })
         .collect::<Vec<_>>();
     if !topics.is_empty() {
         shard.admin(AdminOp::CreateTopics { topics, validate_only: false }).await;

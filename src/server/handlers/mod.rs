@@ -7,12 +7,14 @@ mod create_partitions;
 mod create_topics;
 mod delete_records;
 mod delete_topics;
+mod describe_cluster;
 mod describe_configs;
 mod fetch;
 mod find_coordinator;
 mod groups;
 mod init_producer_id;
 mod list_offsets;
+mod log_dirs;
 mod metadata;
 mod offset_for_leader_epoch;
 mod produce;
@@ -73,6 +75,9 @@ pub async fn handle(shard: &Rc<Shard>, frame: BytesMut, peer: &str) -> Outcome {
         ApiKey::DescribeGroups => groups::describe(shard, &request, &mut reader).await,
         ApiKey::ListGroups => groups::list(shard, &request, &mut reader).await,
         ApiKey::DeleteGroups => groups::delete(shard, &request, &mut reader).await,
+        ApiKey::DescribeCluster => describe_cluster::handle(shard, &request, &mut reader).await,
+        ApiKey::DescribeLogDirs => log_dirs::describe(shard, &request, &mut reader).await,
+        ApiKey::AlterReplicaLogDirs => log_dirs::alter(shard, &request, &mut reader).await,
     };
     timer.finish(result.is_ok());
     match result {

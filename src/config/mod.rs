@@ -14,6 +14,8 @@ use serde::Deserialize;
 use crate::constants;
 use crate::log::{FlushPolicy, LogConfig};
 
+pub mod broker;
+
 /// How clients reach the cores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -258,6 +260,18 @@ impl ServeConfig {
             return invalid("node-id-base", self.node_id_base.to_string(), "must be >= 0");
         }
         self.topic_log_config(&Default::default()).map(|_| ())
+    }
+
+    /// The log settings of a topic on a node: its own configs over the
+    /// node's dynamic broker configs over the static broker defaults.
+    pub fn effective_topic_log_config(
+        &self,
+        dynamic: broker::DynamicConfigs<'_>,
+        overrides: &std::collections::BTreeMap<String, String>,
+    ) -> Result<LogConfig, ConfigError> {
+        let mut layered = broker::dynamic_topic_defaults(dynamic);
+        layered.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
+        self.topic_log_config(&layered)
     }
 
     /// The log settings of a topic: its own configs over the broker defaults.
