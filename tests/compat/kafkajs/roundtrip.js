@@ -19,6 +19,15 @@
 //     OUT:  admin.listGroups()'s answer, {groups: [{groupId, protocolType}]}
 //     (kafkajs asks every node of the Metadata answer and concatenates).
 //
+//   node roundtrip.js adminApis SPEC.json OUT.json
+//     SPEC: {brokers, topic, node}
+//     The broker-level admin calls, each recorded as {ok: answer} or
+//     {error: {name, type, code, message, errors}}: describeConfigs of the
+//     broker `node` (with synonyms), alterConfigs of its log.retention.ms and
+//     then of num.partitions (read-only), describeCluster, createTopics
+//     with a replica assignment and with one naming an unknown node,
+//     createPartitions likewise, and the topic's metadata after each.
+//
 // kafkajs has no manual-assignment consumer (its consumer needs groups), so
 // the Python side reads the produced records back with confluent-kafka.
 
@@ -136,16 +145,69 @@ async function listGroups(spec) {
   }
 }
 
+async function attempt(call) {
+  try {
+    const answer = await call();
+    return { ok: answer === undefined ? null : answer };
+  } catch (err) {
+    const nested = (err.errors || []).map((e) => ({ type: e.type, code: e.code, message: e.message }));
+    return { error: { name: err.name, type: err.type, code: err.code, message: err.message, errors: nested } };
+  }
+}
+
+async function adminApis(spec) {
+  const a = client(spec).admin();
+  await a.connect();
+  const broker = { type: ConfigResourceTypes.BROKER, name: String(spec.node) };
+  const topic = spec.topic;
+  const out = {};
+  try {
+    out.describeBroker = await attempt(() => a.describeConfigs({ resources: [broker], includeSynonyms: true }));
+    out.alterRetention = await attempt(() => a.alterConfigs({
+      validateOnly: false,
+      resources: [{ ...broker, configEntries: [{ name: 'log.retention.ms', value: '5400000' }] }],
+    }));
+    out.describeRetention = await attempt(() => a.describeConfigs({
+      resources: [{ ...broker, configNames: ['log.retention.ms'] }], includeSynonyms: true,
+    }));
+    out.alterReadOnly = await attempt(() => a.alterConfigs({
+      validateOnly: false,
+      resources: [{ ...broker, configEntries: [{ name: 'num.partitions', value: '9' }] }],
+    }));
+    out.describeCluster = await attempt(() => a.describeCluster());
+    out.createAssigned = await attempt(() => a.createTopics({
+      waitForLeaders: true,
+      topics: [{ topic, replicaAssignment: [{ partition: 0, replicas: [1] }, { partition: 1, replicas: [0] }] }],
+    }));
+    out.metadataCreated = await attempt(() => a.fetchTopicMetadata({ topics: [topic] }));
+    out.createUnknownNode = await attempt(() => a.createTopics({
+      topics: [{ topic: `${topic}-bad`, replicaAssignment: [{ partition: 0, replicas: [77] }] }],
+    }));
+    out.growAssigned = await attempt(() => a.createPartitions({
+      topicPartitions: [{ topic, count: 3, assignments: [[1]] }],
+    }));
+    out.growUnknownNode = await attempt(() => a.createPartitions({
+      topicPartitions: [{ topic, count: 4, assignments: [[77]] }],
+    }));
+    out.metadataGrown = await attempt(() => a.fetchTopicMetadata({ topics: [topic] }));
+    out.listTopics = await attempt(() => a.listTopics());
+  } finally {
+    await a.disconnect();
+  }
+  return out;
+}
+
 async function main() {
   const [command, specPath, outPath] = process.argv.slice(2);
   if (!command || !specPath || !outPath) {
-    throw new Error('usage: roundtrip.js produce|admin|listGroups SPEC.json OUT.json');
+    throw new Error('usage: roundtrip.js produce|admin|listGroups|adminApis SPEC.json OUT.json');
   }
   const spec = JSON.parse(fs.readFileSync(specPath, 'utf8'));
   let out;
   if (command === 'produce') out = await produce(spec);
   else if (command === 'admin') out = await admin(spec);
   else if (command === 'listGroups') out = await listGroups(spec);
+  else if (command === 'adminApis') out = await adminApis(spec);
   else throw new Error(`unknown command ${command}`);
   fs.writeFileSync(outPath, JSON.stringify(out, null, 1));
 }
