@@ -1,0 +1,117 @@
+//! The metadata image at scale (issue 29): an image of 100,000 partitions
+//! (1,000 topics of 100 on three machines of two cores), built from records.
+//! Measures replaying 1,000 PartitionChange records into a delta and
+//! finishing it (the per-commit cost every machine pays), and encoding and
+//! decoding the image's snapshot; prints the snapshot's size.
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use shardlog::cluster::image::{decode_snapshot, encode_snapshot, ClusterImage, MetadataDelta, Provenance};
+use shardlog::cluster::records::{
+    MachineRegistration, MetadataRecord, NodeRegistration, PartitionChange, PartitionRecord,
+};
+
+const TOPICS: usize = 1_000;
+const PARTITIONS_PER_TOPIC: usize = 100;
+const MACHINES: u64 = 3;
+const CORES: u32 = 2;
+
+fn topic_id(topic: usize) -> [u8; 16] {
+    let mut id = [0u8; 16];
+    id[..8].copy_from_slice(&(topic as u64 + 1).to_be_bytes());
+    id
+}
+
+fn large_image() -> ClusterImage {
+    let mut delta = MetadataDelta::new(&ClusterImage::default());
+    let mut offset = 0;
+    let mut replay = |delta: &mut MetadataDelta, record: MetadataRecord| {
+        offset += 1;
+        delta.replay(Provenance { offset, epoch: 1 }, &record).expect("a valid record");
+    };
+    replay(&mut delta, MetadataRecord::ClusterCreated { cluster_id: "bench".into() });
+    for machine in 1..=MACHINES {
+        let nodes = (0..CORES)
+            .map(|core| NodeRegistration {
+                node_id: ((machine - 1) * u64::from(CORES) + u64::from(core)) as i32,
+                core,
+                host: format!("10.0.0.{machine}"),
+                port: 9092 + core as i32,
+            })
+            .collect();
+        replay(
+            &mut delta,
+            MetadataRecord::RegisterMachine(MachineRegistration { machine, incarnation: 1, rack: None, nodes }),
+        );
+    }
+    let nodes = (MACHINES * u64::from(CORES)) as i32;
+    for topic in 0..TOPICS {
+        replay(&mut delta, MetadataRecord::Topic { name: format!("topic-{topic:04}"), topic_id: topic_id(topic) });
+        for partition in 0..PARTITIONS_PER_TOPIC {
+            let leader = ((topic * PARTITIONS_PER_TOPIC + partition) as i32) % nodes;
+            let replicas = vec![leader, (leader + 2) % nodes, (leader + 4) % nodes];
+            replay(
+                &mut delta,
+                MetadataRecord::Partition(PartitionRecord {
+                    topic_id: topic_id(topic),
+                    partition: partition as i32,
+                    isr: replicas.clone(),
+                    replicas,
+                    leader,
+                    leader_epoch: 0,
+                    partition_epoch: 0,
+                }),
+            );
+        }
+    }
+    delta.finish().0
+}
+
+fn apply(c: &mut Criterion) {
+    let image = large_image();
+    assert_eq!(image.partition_count(), TOPICS * PARTITIONS_PER_TOPIC);
+    let base = image.provenance.offset;
+    // 1,000 leader changes spread over every topic: the worst case for copy
+    // on write, each touches another topic.
+    let changes: Vec<MetadataRecord> = (0..1_000)
+        .map(|i| {
+            MetadataRecord::PartitionChange(PartitionChange {
+                topic_id: topic_id(i % TOPICS),
+                partition: (i / TOPICS) as i32,
+                leader: Some(-1),
+                isr: Some(Vec::new()),
+                replicas: None,
+            })
+        })
+        .collect();
+    let mut group = c.benchmark_group("metadata-100k-partitions");
+    group.throughput(Throughput::Elements(changes.len() as u64));
+    group.bench_function("replay-1000-partition-changes", |b| {
+        b.iter(|| {
+            let mut delta = MetadataDelta::new(&image);
+            for (i, record) in changes.iter().enumerate() {
+                delta.replay(Provenance { offset: base + 1 + i as u64, epoch: 2 }, record).expect("valid");
+            }
+            delta.finish()
+        })
+    });
+    group.finish();
+}
+
+fn snapshot(c: &mut Criterion) {
+    let image = large_image();
+    let bytes = encode_snapshot(&image);
+    println!(
+        "metadata snapshot of {} partitions: {} bytes ({:.1} bytes per partition)",
+        image.partition_count(),
+        bytes.len(),
+        bytes.len() as f64 / image.partition_count() as f64
+    );
+    let mut group = c.benchmark_group("metadata-100k-partitions");
+    group.sample_size(20);
+    group.bench_function("snapshot-encode", |b| b.iter(|| encode_snapshot(&image)));
+    group.bench_function("snapshot-decode", |b| b.iter(|| decode_snapshot(&bytes).expect("decodes")));
+    group.finish();
+}
+
+criterion_group!(benches, apply, snapshot);
+criterion_main!(benches);
