@@ -995,3 +995,30 @@ fn cluster_wide_dynamic_broker_configs_live_under_the_empty_broker_name() {
         assert_eq!(sources, vec![3, 5], "node {node}");
     }
 }
+
+#[test]
+fn a_restart_with_fewer_cores_moves_the_partitions_of_the_removed_cores_with_their_records() {
+    let mut broker = Broker::start(2, &[]);
+    create_topic(&broker, "moving", 2, &[]);
+    let mut on_core_one = broker.connect_port(broker.port + 1);
+    let answer = produce(&mut on_core_one, "moving", 1, batch("m", 10), 1);
+    assert_eq!(answer.topics[0].partitions[0].error, ErrorCode::None, "partition 1 lives on core 1");
+    drop(on_core_one);
+    assert_eq!(broker.stop(), 0);
+
+    broker.cores = 1;
+    broker.spawn();
+    let mut conn = broker.connect();
+    let request = MetadataRequest { topics: Some(vec!["moving".into()]), allow_auto_topic_creation: false };
+    let reader = conn.request(ApiKey::Metadata, 8, |w| request.encode(w, 8)).unwrap();
+    let metadata = shardlog::client::decode(reader, 8, MetadataResponse::decode).unwrap();
+    let partitions: Vec<(i32, ErrorCode, i32, i32)> =
+        metadata.topics[0].partitions.iter().map(|p| (p.index, p.error, p.leader_id, p.leader_epoch)).collect();
+    assert_eq!(partitions, vec![(0, ErrorCode::None, 0, 0), (1, ErrorCode::None, 0, 1)], "moved, with a new epoch");
+    let fetched = fetch(&mut conn, "moving", 1, 0, 0, 1);
+    let partition = &fetched.topics[0].partitions[0];
+    assert_eq!((partition.error, partition.high_watermark), (ErrorCode::None, 10));
+    assert!(!partition.records.is_empty());
+    let more = produce(&mut conn, "moving", 1, batch("n", 5), 1);
+    assert_eq!(more.topics[0].partitions[0].base_offset, 10);
+}

@@ -210,3 +210,28 @@ fn group_admin_resets_and_deletes_an_empty_group() {
     assert!(!admin.list().unwrap().iter().any(|g| g.group_id == "readers"));
     assert_eq!(committed(&mut conn, "readers", "events", &[0]), vec![-1]);
 }
+
+#[test]
+fn a_restart_with_another_core_count_is_refused_while_groups_hold_committed_offsets() {
+    let mut broker = Broker::start(2, &[]);
+    create_topic(&broker, "orders", 2, &[]);
+    let found = coordinator(&broker, "billing");
+    let mut conn = broker.connect_port(found.port as u16);
+    commit(&mut conn, "billing", "orders", &[(0, 5), (1, 7)]);
+    drop(conn);
+    assert_eq!(broker.stop(), 0);
+
+    let port = free_ports(1);
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_shardlog"))
+        .args(["serve", "--cores", "1", "--metrics-port", "0", "--port", &port.to_string(), "--data"])
+        .arg(broker.data_dir())
+        .output()
+        .expect("run shardlog");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "a start that would lose the groups' offsets is refused: {stderr}");
+    assert!(stderr.contains("Start with --cores 2"), "{stderr}");
+
+    broker.spawn();
+    let mut conn = broker.connect_port(found.port as u16);
+    assert_eq!(committed(&mut conn, "billing", "orders", &[0, 1]), vec![5, 7]);
+}

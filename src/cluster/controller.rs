@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::metadata::{MetadataImage, NodeId, PartitionInfo, ShardId, TopicInfo};
+use super::metadata::{MetadataImage, NodeId, PartitionInfo, PersistedMetadata, ShardId, TopicInfo};
 use crate::constants;
 use crate::protocol::ErrorCode;
 
@@ -274,6 +274,44 @@ pub fn alter_topic_configs(
     (next, ItemResult::ok(name))
 }
 
+/// A partition moved to another core of the same machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionMove {
+    pub topic: String,
+    pub partition: i32,
+    pub from: ShardId,
+    pub to: ShardId,
+}
+
+/// Moves the partitions of cores a restart no longer runs (`--cores` lower
+/// than before) to the least-loaded remaining cores, bumping their leader
+/// epoch. Every core of a machine reads the same data directory, so a
+/// partition moves without copying a byte.
+pub fn rehome_partitions(durable: &mut PersistedMetadata, cores: usize) -> Vec<PartitionMove> {
+    assert!(cores > 0, "a machine runs at least one core");
+    let mut load = vec![0usize; cores];
+    for topic in durable.topics.values() {
+        for p in &topic.partitions {
+            if let Some(count) = load.get_mut(p.shard.0 as usize) {
+                *count += 1;
+            }
+        }
+    }
+    let mut moves = Vec::new();
+    for topic in durable.topics.values_mut() {
+        for (index, p) in topic.partitions.iter_mut().enumerate() {
+            if (p.shard.0 as usize) < cores {
+                continue;
+            }
+            let to = place_partitions(&mut load, 1)[0];
+            moves.push(PartitionMove { topic: topic.name.clone(), partition: index as i32, from: p.shard, to });
+            p.shard = to;
+            p.leader_epoch += 1;
+        }
+    }
+    moves
+}
+
 /// Edits the dynamic broker configs of the cluster or of one node;
 /// `check` validates the resource's resulting set.
 pub fn alter_broker_configs(
@@ -383,7 +421,7 @@ fn assigned_shards(image: &MetadataImage, replicas: &[&[i32]]) -> Result<Vec<Sha
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::metadata::{NodeId, NodeInfo, PersistedMetadata};
+    use crate::cluster::metadata::{NodeId, NodeInfo};
 
     fn image(shards: u32) -> MetadataImage {
         MetadataImage {
@@ -539,5 +577,23 @@ mod tests {
             false,
         );
         assert_eq!(result.error, ErrorCode::InvalidRequest);
+    }
+
+    #[test]
+    fn partitions_of_removed_cores_move_to_the_least_loaded_remaining_ones_with_a_new_epoch() {
+        let (image, _) = create_topics(&image(4), &[new_topic("a", 8)], 1, false, 1, &|_| Ok(()));
+        let mut durable = image.durable.clone();
+        let moves = rehome_partitions(&mut durable, 2);
+        assert_eq!(moves.len(), 4, "{moves:?}");
+        assert!(moves.iter().all(|m| m.from.0 >= 2 && m.to.0 < 2));
+        let partitions = &durable.topics["a"].partitions;
+        assert!(partitions.iter().all(|p| p.shard.0 < 2));
+        let per_core: Vec<usize> = (0..2).map(|c| partitions.iter().filter(|p| p.shard.0 == c).count()).collect();
+        assert_eq!(per_core, vec![4, 4]);
+        for m in &moves {
+            assert_eq!(partitions[m.partition as usize].leader_epoch, 1, "{m:?}");
+        }
+        assert!(rehome_partitions(&mut durable, 2).is_empty(), "nothing left to move");
+        assert!(rehome_partitions(&mut durable, 8).is_empty(), "more cores move nothing");
     }
 }

@@ -107,8 +107,11 @@ impl MetadataImage {
         }
     }
 
-    pub fn node_of_shard(&self, shard: ShardId) -> NodeId {
-        self.nodes.iter().find(|n| n.shard == shard).map_or(self.controller, |n| n.node_id)
+    /// The node a core serves as; `None` for a core this machine does not
+    /// run (a partition placed there has no leader: see
+    /// `controller::rehome_partitions`, which keeps that from happening).
+    pub fn node_of_shard(&self, shard: ShardId) -> Option<NodeId> {
+        self.nodes.iter().find(|n| n.shard == shard).map(|n| n.node_id)
     }
 
     pub fn shard_count(&self) -> usize {

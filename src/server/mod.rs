@@ -3,6 +3,7 @@
 //! handling and clean shutdown. A core that cannot start ends the process.
 
 pub mod connection;
+pub mod core_count;
 pub mod data_lock;
 pub mod handlers;
 pub mod http;
@@ -35,6 +36,8 @@ pub enum ServeError {
     Core { core: usize, source: Box<CoreStartError> },
     #[error("core {core}: cannot start its executor: {source}")]
     Spawn { core: usize, source: glommio::GlommioError<()> },
+    #[error("{0}")]
+    CoreCount(#[from] core_count::CoreCountError),
 }
 
 /// The image a node starts from: its cores as nodes, plus what was persisted.
@@ -65,8 +68,14 @@ pub fn serve(config: ServeConfig) -> Result<(), ServeError> {
     // Held until this function returns, after every core has stopped.
     let _data_lock = data_lock::DataDirLock::acquire(&config.data)?;
     let mut durable = metadata::load(&config.data)?.unwrap_or_default();
-    if durable.cluster_id.is_empty() {
-        durable.cluster_id = format!("shardlog-{:016x}", crate::log::now_ms() ^ u64::from(std::process::id()));
+    let moves = core_count::adapt(&mut durable, &config.data, config.core_count())?;
+    for moved in &moves {
+        tracing::warn!(topic = %moved.topic, partition = moved.partition, from_core = moved.from.0, to_core = moved.to.0, "partition of a core this start does not run moves to another core");
+    }
+    if durable.cluster_id.is_empty() || !moves.is_empty() {
+        if durable.cluster_id.is_empty() {
+            durable.cluster_id = format!("shardlog-{:016x}", crate::log::now_ms() ^ u64::from(std::process::id()));
+        }
         metadata::store(&config.data, &durable)?;
     }
     let image = Arc::new(initial_image(&config, durable));

@@ -237,7 +237,8 @@ impl Shard {
     pub async fn apply_image(&self, image: Arc<MetadataImage>) -> Result<(), ShardError> {
         *self.image.borrow_mut() = image.clone();
         let mut wanted: BTreeMap<(String, i32), crate::log::LogConfig> = BTreeMap::new();
-        let dynamic = image.dynamic_broker_configs(image.node_of_shard(self.id));
+        let node = image.node_of_shard(self.id).expect("a running core is a node of the image");
+        let dynamic = image.dynamic_broker_configs(node);
         for topic in image.durable.topics.values() {
             let mut log_config = self.config.effective_topic_log_config(dynamic, &topic.configs)?;
             for (index, p) in topic.partitions.iter().enumerate() {

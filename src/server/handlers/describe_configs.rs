@@ -88,7 +88,7 @@ fn describe_topic(shard: &Shard, image: &MetadataImage, resource: &DescribeConfi
     let Some(topic) = image.topic(&resource.resource_name) else {
         return Err((ErrorCode::UnknownTopicOrPartition, "no such topic".into()));
     };
-    let node_id = image.node_of_shard(shard.id);
+    let node_id = image.node_of_shard(shard.id).expect("a running core is a node of the image");
     let node = image.node(node_id).expect("a core's node is in the image");
     let dynamic = image.dynamic_broker_configs(node_id);
     let log = shard

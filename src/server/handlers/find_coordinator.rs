@@ -33,7 +33,7 @@ pub fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -> Deco
     } else {
         let image = shard.image();
         let node_id = super::metadata::advertised_node(shard, &image, shard.group_owner(&body.key));
-        match image.nodes.iter().find(|n| n.node_id == node_id) {
+        match node_id.and_then(|id| image.nodes.iter().find(|n| n.node_id == id)) {
             Some(node) => FindCoordinatorResponse {
                 throttle_time_ms: 0,
                 error: ErrorCode::None,

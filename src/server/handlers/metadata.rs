@@ -46,11 +46,13 @@ pub async fn auto_create(shard: &Rc<Shard>, names: Vec<String>) {
     }
 }
 
-/// The node clients should use for a shard.
-pub fn advertised_node(shard: &Shard, image: &MetadataImage, owner: ShardId) -> NodeId {
+/// The node clients should use for a shard; `None` when no running core
+/// is that shard.
+pub fn advertised_node(shard: &Shard, image: &MetadataImage, owner: ShardId) -> Option<NodeId> {
+    let node = image.node_of_shard(owner)?;
     match shard.config.listener {
-        ListenerMode::PerCore => image.node_of_shard(owner),
-        ListenerMode::Shared => image.controller,
+        ListenerMode::PerCore => Some(node),
+        ListenerMode::Shared => Some(image.controller),
     }
 }
 
@@ -82,16 +84,23 @@ fn build(shard: &Shard, image: &MetadataImage, names: Option<&[String]>) -> Meta
                     .partitions
                     .iter()
                     .enumerate()
-                    .map(|(index, p)| {
-                        let leader = advertised_node(shard, image, p.shard).0;
-                        MetadataPartition {
+                    .map(|(index, p)| match advertised_node(shard, image, p.shard) {
+                        Some(leader) => MetadataPartition {
                             error: ErrorCode::None,
                             index: index as i32,
-                            leader_id: leader,
+                            leader_id: leader.0,
                             leader_epoch: p.leader_epoch,
-                            replica_nodes: vec![leader],
-                            isr_nodes: vec![leader],
-                        }
+                            replica_nodes: vec![leader.0],
+                            isr_nodes: vec![leader.0],
+                        },
+                        None => MetadataPartition {
+                            error: ErrorCode::LeaderNotAvailable,
+                            index: index as i32,
+                            leader_id: -1,
+                            leader_epoch: p.leader_epoch,
+                            replica_nodes: Vec::new(),
+                            isr_nodes: Vec::new(),
+                        },
                     })
                     .collect(),
                 name,
