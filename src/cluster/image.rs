@@ -42,6 +42,8 @@ pub struct ClusterImage {
     pub configs: ConfigsImage,
     /// The first producer id not yet handed out.
     pub producer_id_next: i64,
+    /// Above every node id ever registered: ids are never reused.
+    pub node_id_next: i32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
@@ -193,6 +195,7 @@ impl MetadataDelta {
             }
         }
         for node in &registration.nodes {
+            self.next.node_id_next = self.next.node_id_next.max(node.node_id.saturating_add(1));
             let placement = NodePlacement {
                 machine: registration.machine,
                 core: node.core,
@@ -351,6 +354,7 @@ struct Snapshot {
     topics: Vec<SnapshotTopic>,
     configs: ConfigsImage,
     producer_id_next: i64,
+    node_id_next: i32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
@@ -390,6 +394,7 @@ pub fn encode_snapshot(image: &ClusterImage) -> Vec<u8> {
             .collect(),
         configs: image.configs.clone(),
         producer_id_next: image.producer_id_next,
+        node_id_next: image.node_id_next,
     };
     let payload = rkyv::to_bytes::<rkyv::rancor::Error>(&snapshot).expect("an image always serializes");
     let mut out = Vec::with_capacity(SNAPSHOT_MAGIC.len() + 4 + payload.len());
@@ -436,6 +441,7 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<ClusterImage, SnapshotError> {
         topic_ids,
         configs: snapshot.configs,
         producer_id_next: snapshot.producer_id_next,
+        node_id_next: snapshot.node_id_next,
     })
 }
 

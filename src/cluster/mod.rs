@@ -6,6 +6,7 @@
 //! the image they build by deltas; `ids` holds the identities the cluster
 //! modules share. They are not wired to the cores yet.
 
+pub mod control;
 pub mod controller;
 pub mod ids;
 pub mod image;
