@@ -45,6 +45,9 @@ pub struct QuorumEngine {
     was_leader: bool,
     /// The last index given to the state machine (entry or snapshot).
     applied_index: u64,
+    /// Role and term when the election timeout was last drawn.
+    timeout_drawn_at: (StateRole, u64),
+    jitter: SplitMix64,
 }
 
 struct PersistWait {
@@ -53,6 +56,8 @@ struct PersistWait {
     /// only carried messages and commits.
     durable_pending: bool,
     messages: Vec<Message>,
+    /// The index of the snapshot it installs; 0 for none.
+    snapshot_index: u64,
 }
 
 struct PendingProposal {
@@ -80,6 +85,7 @@ impl QuorumEngine {
             commands.push(Command::Apply(Applied::Snapshot { index, term, data: snapshot.data.clone() }));
         }
         let logger = raft_logger(config.machine.get());
+        let election_seed = config.election_seed;
         let raw = RawNode::new(&raft_config, storage, &logger).map_err(QuorumError::Limits)?;
         let mut engine = Self {
             machine: config.machine,
@@ -90,6 +96,8 @@ impl QuorumEngine {
             reported: (0, None),
             was_leader: false,
             applied_index,
+            timeout_drawn_at: (StateRole::Follower, u64::MAX),
+            jitter: SplitMix64(election_seed),
         };
         if engine.config.voters == [engine.machine] {
             // Alone, there is nobody to wait for: lead now, not after a timeout.
@@ -214,6 +222,7 @@ impl QuorumEngine {
 
     /// Handles Readies until raft-rs has nothing more to say.
     fn drain(&mut self, commands: &mut Vec<Command>) {
+        self.redraw_election_timeout();
         while self.raw.has_ready() {
             // First: a leader that stepped down fails its proposals before
             // the Ready can bring a snapshot or another leader's entries.
@@ -241,6 +250,7 @@ impl QuorumEngine {
                 number: ready.number(),
                 durable_pending,
                 messages: ready.take_persisted_messages(),
+                snapshot_index: snapshot.as_ref().map_or(0, |snapshot| index_term(snapshot).0),
             });
             if durable_pending {
                 commands.push(Command::Persist(Persist {
@@ -266,12 +276,28 @@ impl QuorumEngine {
         self.report_leader(commands);
     }
 
+    /// raft-rs draws a new election timeout (with `thread_rng`) exactly when
+    /// it changes role or term (`Raft::reset`); replace it with one of ours,
+    /// in the same `[election_ticks, 2 * election_ticks)`.
+    fn redraw_election_timeout(&mut self) {
+        let now = (self.raw.raft.state, self.raw.raft.term);
+        if now == self.timeout_drawn_at {
+            return;
+        }
+        self.timeout_drawn_at = now;
+        let base = u64::from(self.config.election_ticks);
+        let ticks = base + self.jitter.next() % base;
+        self.raw.raft.set_randomized_election_timeout(ticks as usize);
+    }
+
     /// Sends the held-back messages of every Ready that is durable, and tells
     /// raft-rs how far the log is durable.
     fn release(&mut self, commands: &mut Vec<Command>) {
         let mut released = None;
+        let mut snapshot_index = 0;
         while self.persisting.front().is_some_and(|wait| !wait.durable_pending) {
             let wait = self.persisting.pop_front().expect("front exists");
+            snapshot_index = snapshot_index.max(wait.snapshot_index);
             let mut snapshots_sent = Vec::new();
             for message in wait.messages {
                 send(message, commands, &mut snapshots_sent);
@@ -281,6 +307,12 @@ impl QuorumEngine {
         }
         if let Some(number) = released {
             self.raw.on_persist_ready(number);
+        }
+        if snapshot_index > self.raw.raft.raft_log.applied {
+            // Only now, durable, may raft-rs count the snapshot applied. It
+            // must: with the log below it gone, an election reads the entries
+            // after raft-rs's applied index.
+            self.raw.advance_apply_to(snapshot_index);
         }
     }
 
@@ -401,4 +433,17 @@ fn check_membership(snapshot: &Snapshot, configured: &ConfState) -> Result<(), Q
         voters: configured.voters.clone(),
         learners: configured.learners.clone(),
     })
+}
+
+/// Sebastiano Vigna's splitmix64: small, seedable, good enough for jitter.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
 }

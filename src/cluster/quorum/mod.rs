@@ -114,6 +114,11 @@ pub struct QuorumConfig {
     pub append_bytes_max: u64,
     pub appends_inflight_max: usize,
     pub uncommitted_bytes_max: u64,
+    /// Seeds the election timeouts' jitter. raft-rs draws them from
+    /// `thread_rng`, which would make a simulation unrepeatable; the engine
+    /// draws them itself. The shell passes something that differs between
+    /// machines and starts (the clock), the simulation its seed.
+    pub election_seed: u64,
 }
 
 impl QuorumConfig {
@@ -130,6 +135,7 @@ impl QuorumConfig {
             append_bytes_max: APPEND_BYTES_MAX_DEFAULT,
             appends_inflight_max: APPENDS_INFLIGHT_MAX_DEFAULT,
             uncommitted_bytes_max: UNCOMMITTED_BYTES_MAX_DEFAULT,
+            election_seed: machine.get(),
         }
     }
 }

@@ -391,6 +391,30 @@ fn lagging_follower_gets_the_compacted_log_as_a_snapshot() {
 }
 
 #[test]
+fn follower_that_installed_a_snapshot_can_campaign() {
+    // Found by tests/raft_sim.rs (seed 321 of the first version): raft-rs
+    // reads the entries after its applied index before campaigning, and
+    // after a snapshot those are gone unless the snapshot counts as applied.
+    let mut harness = Harness::new(&[1, 2, 3], &[]);
+    let leader = harness.elect();
+    let lagging = [1, 2, 3].map(machine).into_iter().find(|&id| id != leader).expect("a follower");
+    harness.isolated.insert(lagging);
+    for token in 0..3 {
+        harness.propose(leader, token, b"r");
+        harness.settle();
+    }
+    harness.tick_all(1);
+    let applied = harness.engines[&leader].applied_index();
+    harness.engines.get_mut(&leader).expect("known").compact(applied, b"image".to_vec()).expect("compacts");
+    harness.isolated.remove(&lagging);
+    harness.tick_all(3);
+    assert!(harness.observed[&lagging].applied.iter().any(|applied| matches!(applied, Applied::Snapshot { .. })));
+    harness.isolated.insert(leader);
+    harness.tick_all(3 * ELECTION_TICKS_DEFAULT);
+    assert_eq!(harness.leaders().len(), 1, "the two left elect a leader");
+}
+
+#[test]
 fn compaction_refuses_an_index_not_yet_applied() {
     let config = QuorumConfig::new(machine(1), machines(&[1]), Vec::new());
     let (mut engine, _) = QuorumEngine::open(config, Durable::default()).expect("valid");
