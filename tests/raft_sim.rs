@@ -24,7 +24,8 @@
 //!
 //! `SHARDLOG_RAFT_SEEDS=N` runs seeds 1..=N (default `SEEDS_DEFAULT`);
 //! `SHARDLOG_RAFT_SEED=N` replays one seed. A failure names its seed and the
-//! command that replays it.
+//! command that replays it; `SHARDLOG_RAFT_KEEP_GOING=1` runs every seed and
+//! lists each failure's first line.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{self, AssertUnwindSafe};
@@ -54,8 +55,8 @@ fn simulated_faults_keep_raft_safe_and_live() {
     let seeds = seeds();
     let started = std::time::Instant::now();
     let mut totals = Totals::default();
-    for &seed in &seeds {
-        let outcome = run_seed(seed, "simulated_faults_keep_raft_safe_and_live", || Sim::faults(seed).run_faults());
+    for outcome in run_seeds("simulated_faults_keep_raft_safe_and_live", &seeds, |seed| Sim::faults(seed).run_faults())
+    {
         slowest_ms = slowest_ms.max(outcome.heal_to_commit_ms);
         totals.add(&outcome);
     }
@@ -77,10 +78,8 @@ fn simulated_faults_keep_raft_safe_and_live() {
 #[test]
 fn leader_crash_failover_virtual_time() {
     let seeds = seeds();
-    let mut failovers_ms: Vec<u64> = Vec::new();
-    for &seed in &seeds {
-        failovers_ms.push(run_seed(seed, "leader_crash_failover_virtual_time", || Sim::calm(seed).run_failover()));
-    }
+    let mut failovers_ms =
+        run_seeds("leader_crash_failover_virtual_time", &seeds, |seed| Sim::calm(seed).run_failover());
     failovers_ms.sort_unstable();
     let at = |quantile: f64| failovers_ms[((failovers_ms.len() - 1) as f64 * quantile).round() as usize];
     println!(
@@ -104,19 +103,35 @@ fn seeds() -> Vec<u64> {
     (1..=count).collect()
 }
 
-/// Runs one seed; on a panic (a checker or the engine) names the seed and
-/// how to replay it.
-fn run_seed<T>(seed: u64, test: &str, run: impl FnOnce() -> T) -> T {
-    match panic::catch_unwind(AssertUnwindSafe(run)) {
-        Ok(value) => value,
-        Err(cause) => {
-            eprintln!(
-                "raft_sim: seed {seed} failed; replay with: \
-                 SHARDLOG_RAFT_SEED={seed} cargo test --test raft_sim {test} -- --nocapture"
-            );
-            panic::resume_unwind(cause)
+/// Runs each seed; on a panic (a checker or the engine) names the seed and
+/// how to replay it. With `SHARDLOG_RAFT_KEEP_GOING=1` it runs every seed
+/// and lists all failures (to see which checker a deliberate break trips).
+fn run_seeds<T>(test: &str, seeds: &[u64], run: impl Fn(u64) -> T) -> Vec<T> {
+    let keep_going = std::env::var("SHARDLOG_RAFT_KEEP_GOING").is_ok_and(|value| value == "1");
+    let mut outcomes = Vec::new();
+    let mut failures = Vec::new();
+    for &seed in seeds {
+        match panic::catch_unwind(AssertUnwindSafe(|| run(seed))) {
+            Ok(outcome) => outcomes.push(outcome),
+            Err(cause) => {
+                eprintln!(
+                    "raft_sim: seed {seed} failed; replay with: \
+                     SHARDLOG_RAFT_SEED={seed} cargo test --test raft_sim {test} -- --nocapture"
+                );
+                if !keep_going {
+                    panic::resume_unwind(cause);
+                }
+                let message = cause
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| cause.downcast_ref::<&str>().copied())
+                    .unwrap_or("(no message)");
+                failures.push(format!("seed {seed}: {}", message.lines().next().unwrap_or_default()));
+            }
         }
     }
+    assert!(failures.is_empty(), "{} of {} seeds failed:\n{}", failures.len(), seeds.len(), failures.join("\n"));
+    outcomes
 }
 
 /// What a fault run did, for the summary line.
