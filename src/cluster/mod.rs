@@ -15,6 +15,7 @@ pub mod ids;
 pub mod image;
 pub mod metadata;
 pub mod quorum;
+pub mod raft_log;
 pub mod records;
 
 pub use ids::MachineId;
