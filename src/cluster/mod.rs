@@ -17,6 +17,7 @@ pub mod metadata;
 pub mod quorum;
 pub mod raft_log;
 pub mod records;
+pub mod service;
 
 pub use ids::MachineId;
 pub use metadata::{MetadataImage, NodeId, PartitionInfo, ShardId, TopicInfo};

@@ -159,6 +159,12 @@ impl QuorumEngine {
         self.applied_index
     }
 
+    /// The index of the last entry in this machine's log: a leader appends
+    /// its next proposal at `last_index() + 1`.
+    pub fn last_index(&self) -> u64 {
+        self.raw.raft.raft_log.last_index()
+    }
+
     fn receive(&mut self, from: MachineId, message: Message) {
         let member = self.config.voters.contains(&from) || self.config.learners.contains(&from);
         if !member || message.from != from.get() || message.to != self.machine.get() {
@@ -287,6 +293,7 @@ impl QuorumEngine {
         self.timeout_drawn_at = now;
         let base = u64::from(self.config.election_ticks);
         let ticks = base + self.jitter.next() % base;
+        tracing::debug!(machine = %self.machine, ?now, ticks, "election timeout drawn");
         self.raw.raft.set_randomized_election_timeout(ticks as usize);
     }
 

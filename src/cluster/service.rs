@@ -1,0 +1,501 @@
+//! The controller quorum's shell on one machine (issue 29): it drives the
+//! sans-IO `QuorumEngine`, keeps its state in `RaftLog`, carries its
+//! messages over TCP to the other voters and learners, replays committed
+//! record batches into the `ClusterImage`, and runs the controller's
+//! decisions when this machine leads.
+//!
+//! Threads, not a Kafka core: the quorum's traffic is small, but an fsync or
+//! an election must never stall a core that serves clients. One loop thread
+//! owns the engine, the log and the image; a listener thread accepts peers
+//! and a reader thread per connection feeds the loop; a writer thread per
+//! peer connects out and sends. Every channel is bounded; a message that
+//! finds its peer's queue full is dropped (Raft resends).
+//!
+//! Decisions (`submit`) run on the loop thread against the image the
+//! controller will have once its proposals so far commit (KRaft keeps the
+//! same speculative state), so two requests in flight never contradict each
+//! other. Their answer waits for the commit. A batch that does not replay on
+//! the committed image (a bug: decisions are checked first) is skipped whole
+//! on every machine alike, and its proposer hears it failed.
+//!
+//! Wire frame on the controller port, both ways:
+//!
+//! ```text
+//! 0   4  length n of what follows (u32 LE), at most FRAME_BYTES_MAX
+//! 4   8  sender's machine id (u64 LE)
+//! 12  -  a prost raft Message (n - 8 bytes)
+//! ```
+//!
+//! Nothing authenticates the sender yet: the security issue (32) puts the
+//! controller port behind mTLS. Until then it must only be reachable by the
+//! cluster's machines.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::ids::MachineId;
+use super::image::{Changes, ClusterImage, MetadataDelta, Provenance};
+use super::quorum::{
+    decode_message, encode_message, Applied, Command, Event, Message, ProposalError, ProposalToken, QuorumConfig,
+    QuorumEngine, TICK_MS,
+};
+use super::raft_log::{RaftLog, RaftLogError};
+use super::records::{decode_batch, encode_batch, MetadataRecord};
+
+/// A peer frame larger than this closes the connection.
+pub const FRAME_BYTES_MAX: usize = 64 << 20;
+/// Outgoing messages queued per peer; more are dropped.
+const PEER_QUEUE_DEPTH: usize = 1024;
+/// Events (messages, requests) queued for the loop.
+const EVENT_QUEUE_DEPTH: usize = 4096;
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+const RECONNECT_DELAY: Duration = Duration::from_millis(100);
+
+/// One machine's place in the quorum.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    pub machine: MachineId,
+    /// Every voter with its controller address, this machine included when
+    /// it votes.
+    pub voters: Vec<(MachineId, SocketAddr)>,
+    pub learners: Vec<(MachineId, SocketAddr)>,
+    /// Where this machine's controller port listens.
+    pub listen: SocketAddr,
+    /// `__cluster` in the data directory.
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error("{0}")]
+    Log(#[from] RaftLogError),
+    #[error("controller quorum: {0}")]
+    Quorum(String),
+    #[error("controller port {addr}: {source}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+    #[error("metadata snapshot: {0}")]
+    Snapshot(String),
+}
+
+/// Why a submitted decision did not commit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    #[error("{0}")]
+    Proposal(ProposalError),
+    #[error("the committed batch did not replay: {0}")]
+    NotApplied(String),
+    #[error("the controller service stopped")]
+    Stopped,
+}
+
+/// What the quorum looks like from this machine.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QuorumStatus {
+    pub term: u64,
+    pub leader: Option<MachineId>,
+    pub commit_index: u64,
+    pub applied: Provenance,
+}
+
+/// A decision run against the controller's image; its records are proposed
+/// and its answer `T` is given once they commit.
+pub type Decide<T> = Box<dyn FnOnce(&ClusterImage) -> (Vec<MetadataRecord>, T) + Send>;
+
+/// The handle the rest of the process holds.
+#[derive(Clone)]
+pub struct ControllerHandle {
+    events: flume::Sender<LoopEvent>,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    image: Mutex<Arc<ClusterImage>>,
+    status: Mutex<QuorumStatus>,
+    subscribers: Mutex<Vec<flume::Sender<(Arc<ClusterImage>, Changes)>>>,
+}
+
+enum LoopEvent {
+    Peer {
+        from: MachineId,
+        message: Box<Message>,
+    },
+    Unreachable(MachineId),
+    Submit {
+        decide: Box<dyn FnOnce(&ClusterImage) -> Vec<MetadataRecord> + Send>,
+        reply: flume::Sender<Result<u64, SubmitError>>,
+    },
+    Stop,
+}
+
+/// The running service: its threads stop when it is dropped.
+pub struct ControllerService {
+    handle: ControllerHandle,
+    threads: Vec<JoinHandle<()>>,
+    listen: SocketAddr,
+    stopping: Arc<AtomicBool>,
+}
+
+impl ControllerService {
+    /// Opens the log, binds the controller port and starts the threads.
+    pub fn start(config: ServiceConfig) -> Result<Self, ServiceError> {
+        let log = RaftLog::open(&config.dir)?;
+        let ids = |list: &[(MachineId, SocketAddr)]| list.iter().map(|(id, _)| *id).collect::<Vec<_>>();
+        let mut quorum = QuorumConfig::new(config.machine, ids(&config.voters), ids(&config.learners));
+        // Machines must not draw the same election timeouts: `id ^ time`
+        // collides for ids 2 and 3 started a millisecond apart, and two
+        // machines that always time out together split every vote.
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        quorum.election_seed = config.machine.get().wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29) ^ nanos;
+        let (engine, first) =
+            QuorumEngine::open(quorum, log.durable().clone()).map_err(|e| ServiceError::Quorum(e.to_string()))?;
+        let listener =
+            TcpListener::bind(config.listen).map_err(|source| ServiceError::Listen { addr: config.listen, source })?;
+        let listen = listener.local_addr().map_err(|source| ServiceError::Listen { addr: config.listen, source })?;
+        let (events_tx, events_rx) = flume::bounded(EVENT_QUEUE_DEPTH);
+        let shared = Arc::new(Shared {
+            image: Mutex::new(Arc::new(ClusterImage::default())),
+            status: Mutex::new(QuorumStatus::default()),
+            subscribers: Mutex::new(Vec::new()),
+        });
+        let handle = ControllerHandle { events: events_tx.clone(), shared: shared.clone() };
+        let mut threads = Vec::new();
+        let mut peers = BTreeMap::new();
+        for (id, addr) in config.voters.iter().chain(&config.learners) {
+            if *id == config.machine {
+                continue;
+            }
+            let (tx, rx) = flume::bounded::<Vec<u8>>(PEER_QUEUE_DEPTH);
+            peers.insert(*id, tx);
+            let (peer, addr, events) = (*id, *addr, events_tx.clone());
+            threads.push(spawn(&format!("shardlog-ctl-to-{id}"), move || write_to_peer(peer, addr, rx, events)));
+        }
+        let accept_events = events_tx.clone();
+        let stopping = Arc::new(AtomicBool::new(false));
+        let accept_stopping = stopping.clone();
+        threads.push(spawn("shardlog-ctl-accept", move || accept_peers(listener, accept_events, accept_stopping)));
+        let mut state = LoopState {
+            engine,
+            log,
+            peers,
+            committed: ClusterImage::default(),
+            speculative: None,
+            waiting: BTreeMap::new(),
+            replayed: BTreeMap::new(),
+            next_token: 1,
+            shared,
+        };
+        state.run_commands(first);
+        threads.push(spawn("shardlog-controller", move || state.run(events_rx)));
+        Ok(Self { handle, threads, listen, stopping })
+    }
+
+    pub fn handle(&self) -> ControllerHandle {
+        self.handle.clone()
+    }
+
+    /// The bound controller address (the port, when 0 was asked).
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.listen
+    }
+}
+
+impl Drop for ControllerService {
+    fn drop(&mut self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        let _ = self.handle.events.send(LoopEvent::Stop);
+        // Unblocks the accept loop.
+        let _ = TcpStream::connect_timeout(&self.listen, CONNECT_TIMEOUT);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl ControllerHandle {
+    /// Runs `decide` on the controller's image, proposes its records and
+    /// waits for them to commit; then answers with the decision's `T`.
+    /// A decision with no records answers at once.
+    pub async fn submit<T: Send + 'static>(&self, decide: Decide<T>) -> Result<T, SubmitError> {
+        let answer = Arc::new(Mutex::new(None));
+        let slot = answer.clone();
+        let decide = Box::new(move |image: &ClusterImage| {
+            let (records, value) = decide(image);
+            *slot.lock().expect("not poisoned") = Some(value);
+            records
+        });
+        let (reply, wait) = flume::bounded(1);
+        self.events.send_async(LoopEvent::Submit { decide, reply }).await.map_err(|_| SubmitError::Stopped)?;
+        wait.recv_async().await.map_err(|_| SubmitError::Stopped)??;
+        let value = answer.lock().expect("not poisoned").take();
+        value.ok_or(SubmitError::Stopped)
+    }
+
+    /// The last committed image.
+    pub fn image(&self) -> Arc<ClusterImage> {
+        self.shared.image.lock().expect("not poisoned").clone()
+    }
+
+    pub fn status(&self) -> QuorumStatus {
+        self.shared.status.lock().expect("not poisoned").clone()
+    }
+
+    /// Every image committed from now on, with what changed.
+    pub fn subscribe(&self, depth: usize) -> flume::Receiver<(Arc<ClusterImage>, Changes)> {
+        let (tx, rx) = flume::bounded(depth);
+        self.shared.subscribers.lock().expect("not poisoned").push(tx);
+        rx
+    }
+}
+
+struct LoopState {
+    engine: QuorumEngine,
+    log: RaftLog,
+    peers: BTreeMap<MachineId, flume::Sender<Vec<u8>>>,
+    committed: ClusterImage,
+    /// The leader's image with its uncommitted proposals replayed.
+    speculative: Option<ClusterImage>,
+    waiting: BTreeMap<ProposalToken, flume::Sender<Result<u64, SubmitError>>>,
+    /// Whether each committed index replayed, until its proposal is answered.
+    replayed: BTreeMap<u64, Result<(), String>>,
+    next_token: u64,
+    shared: Arc<Shared>,
+}
+
+impl LoopState {
+    fn run(mut self, events: flume::Receiver<LoopEvent>) {
+        let tick = Duration::from_millis(TICK_MS);
+        let mut next_tick = Instant::now() + tick;
+        loop {
+            let now = Instant::now();
+            if now >= next_tick {
+                next_tick = now + tick;
+                let commands = self.engine.step(Event::Tick);
+                self.run_commands(commands);
+                continue;
+            }
+            match events.recv_timeout(next_tick - now) {
+                Ok(LoopEvent::Stop) | Err(flume::RecvTimeoutError::Disconnected) => return,
+                Ok(event) => self.handle(event),
+                Err(flume::RecvTimeoutError::Timeout) => {}
+            }
+        }
+    }
+
+    fn handle(&mut self, event: LoopEvent) {
+        let commands = match event {
+            LoopEvent::Peer { from, message } => self.engine.step(Event::Message { from, message }),
+            LoopEvent::Unreachable(to) => self.engine.step(Event::Unreachable { to }),
+            LoopEvent::Submit { decide, reply } => {
+                if !self.engine.is_leader() {
+                    let leader = self.engine.leader();
+                    let _ = reply.send(Err(SubmitError::Proposal(ProposalError::NotController { leader })));
+                    return;
+                }
+                let base = self.speculative.get_or_insert_with(|| self.committed.clone());
+                let records = decide(base);
+                if records.is_empty() {
+                    let _ = reply.send(Ok(self.committed.provenance.offset));
+                    return;
+                }
+                // Replays on the speculative image so the next decision sees
+                // it, at the index the entry will get (a machine's epoch is
+                // the index of its registration).
+                let mut delta = MetadataDelta::new(base);
+                let at = Provenance { offset: self.engine.last_index() + 1, epoch: self.engine.term() };
+                if let Some(err) = records.iter().find_map(|r| delta.replay(at, r).err()) {
+                    let _ = reply.send(Err(SubmitError::NotApplied(err.to_string())));
+                    return;
+                }
+                self.speculative = Some(delta.finish().0);
+                let token = ProposalToken(self.next_token);
+                self.next_token += 1;
+                self.waiting.insert(token, reply);
+                self.engine.step(Event::Propose { token, data: encode_batch(&records) })
+            }
+            LoopEvent::Stop => return,
+        };
+        self.run_commands(commands);
+    }
+
+    fn run_commands(&mut self, commands: Vec<Command>) {
+        let mut queue = std::collections::VecDeque::from(commands);
+        while let Some(command) = queue.pop_front() {
+            match command {
+                Command::Send { to, message } => self.send(to, &message),
+                Command::Persist(persist) => {
+                    if let Err(err) = self.log.persist(&persist) {
+                        // Acknowledging what is not durable would break
+                        // Raft: stop this machine's quorum member instead.
+                        tracing::error!(error = %err, "controller log write failed; the controller stops");
+                        std::process::exit(1);
+                    }
+                    queue.extend(self.engine.step(Event::PersistDone { number: persist.number }));
+                }
+                Command::Apply(applied) => self.apply(applied),
+                Command::ProposalCommitted { token, index } => {
+                    let outcome = match self.replayed.remove(&index) {
+                        Some(Err(reason)) => Err(SubmitError::NotApplied(reason)),
+                        _ => Ok(index),
+                    };
+                    if let Some(reply) = self.waiting.remove(&token) {
+                        let _ = reply.send(outcome);
+                    }
+                }
+                Command::ProposalFailed { token, error } => {
+                    self.speculative = None;
+                    if let Some(reply) = self.waiting.remove(&token) {
+                        let _ = reply.send(Err(SubmitError::Proposal(error)));
+                    }
+                }
+                Command::LeaderChanged { term, leader } => {
+                    if leader != Some(self.engine.machine()) {
+                        self.speculative = None;
+                    }
+                    let mut status = self.shared.status.lock().expect("not poisoned");
+                    status.term = term;
+                    status.leader = leader;
+                }
+            }
+        }
+        let mut status = self.shared.status.lock().expect("not poisoned");
+        status.commit_index = self.engine.commit_index();
+        status.applied = self.committed.provenance;
+    }
+
+    fn apply(&mut self, applied: Applied) {
+        let (next, changes) = match applied {
+            Applied::Entry { data, .. } if data.is_empty() => return,
+            Applied::Entry { index, term, data } => {
+                let at = Provenance { offset: index, epoch: term };
+                let replayed = decode_batch(&data).map_err(|e| e.to_string()).and_then(|records| {
+                    let mut delta = MetadataDelta::new(&self.committed);
+                    for record in &records {
+                        delta.replay(at, record).map_err(|e| e.to_string())?;
+                    }
+                    Ok(delta.finish())
+                });
+                match replayed {
+                    Ok(done) => {
+                        self.replayed.insert(index, Ok(()));
+                        done
+                    }
+                    Err(reason) => {
+                        tracing::error!(index, %reason, "a committed metadata batch does not replay; skipped");
+                        self.replayed.insert(index, Err(reason));
+                        return;
+                    }
+                }
+            }
+            Applied::Snapshot { data, .. } => match super::image::decode_snapshot(&data) {
+                Ok(image) => (image, Changes::default()),
+                Err(err) => {
+                    tracing::error!(error = %err, "a metadata snapshot does not decode; the controller stops");
+                    std::process::exit(1);
+                }
+            },
+        };
+        if self.replayed.len() > EVENT_QUEUE_DEPTH {
+            let keep_from = self.engine.commit_index().saturating_sub(EVENT_QUEUE_DEPTH as u64);
+            self.replayed.retain(|index, _| *index >= keep_from);
+        }
+        self.committed = next;
+        if self.waiting.is_empty() {
+            // Nothing of ours in flight: the next decision starts from what
+            // committed (which may hold a former leader's entries).
+            self.speculative = None;
+        }
+        let image = Arc::new(self.committed.clone());
+        *self.shared.image.lock().expect("not poisoned") = image.clone();
+        self.shared
+            .subscribers
+            .lock()
+            .expect("not poisoned")
+            .retain(|subscriber| subscriber.try_send((image.clone(), changes.clone())).is_ok());
+    }
+
+    fn send(&self, to: MachineId, message: &Message) {
+        let Some(queue) = self.peers.get(&to) else { return };
+        let body = encode_message(message);
+        let mut frame = Vec::with_capacity(12 + body.len());
+        frame.extend_from_slice(&((8 + body.len()) as u32).to_le_bytes());
+        frame.extend_from_slice(&self.engine.machine().get().to_le_bytes());
+        frame.extend_from_slice(&body);
+        let _ = queue.try_send(frame);
+    }
+}
+
+fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+    std::thread::Builder::new().name(name.into()).spawn(body).expect("spawn a controller thread")
+}
+
+/// Connects to `peer` and sends its queue, reconnecting after errors.
+fn write_to_peer(peer: MachineId, addr: SocketAddr, queue: flume::Receiver<Vec<u8>>, events: flume::Sender<LoopEvent>) {
+    let mut stream: Option<TcpStream> = None;
+    while let Ok(frame) = queue.recv() {
+        if stream.is_none() {
+            match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+                Ok(connected) => {
+                    let _ = connected.set_nodelay(true);
+                    stream = Some(connected);
+                }
+                Err(_) => {
+                    let _ = events.try_send(LoopEvent::Unreachable(peer));
+                    std::thread::sleep(RECONNECT_DELAY);
+                    continue;
+                }
+            }
+        }
+        if let Some(connected) = &mut stream {
+            if connected.write_all(&frame).is_err() {
+                let _ = connected.shutdown(Shutdown::Both);
+                stream = None;
+                let _ = events.try_send(LoopEvent::Unreachable(peer));
+            }
+        }
+    }
+}
+
+fn accept_peers(listener: TcpListener, events: flume::Sender<LoopEvent>, stopping: Arc<AtomicBool>) {
+    for stream in listener.incoming() {
+        if stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(stream) = stream else { continue };
+        let events = events.clone();
+        spawn("shardlog-ctl-from", move || read_from_peer(stream, events));
+    }
+}
+
+/// Reads frames until the peer closes or sends a bad one.
+fn read_from_peer(mut stream: TcpStream, events: flume::Sender<LoopEvent>) {
+    let mut header = [0u8; 12];
+    loop {
+        if stream.read_exact(&mut header).is_err() {
+            return;
+        }
+        let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
+        let from = u64::from_le_bytes(header[4..12].try_into().expect("8 bytes"));
+        if !(8..=FRAME_BYTES_MAX).contains(&len) {
+            tracing::warn!(len, "controller port: a frame of an impossible length; closing");
+            return;
+        }
+        let mut body = vec![0u8; len - 8];
+        if stream.read_exact(&mut body).is_err() {
+            return;
+        }
+        let (Some(from), Ok(message)) = (MachineId::new(from), decode_message(&body)) else {
+            tracing::warn!(from, "controller port: a frame that does not decode; closing");
+            return;
+        };
+        if events.send(LoopEvent::Peer { from, message: Box::new(message) }).is_err() {
+            return;
+        }
+    }
+}
