@@ -237,6 +237,7 @@ struct Sim {
     blocked: BTreeSet<(usize, usize)>,
     faults_on: bool,
     crash_at_next_persist: Option<usize>,
+    clients_on: bool,
     /// (a): who led each term.
     leaders: BTreeMap<u64, usize>,
     /// (b): the one committed sequence, as the machines applied it.
@@ -307,6 +308,7 @@ impl Sim {
             blocked: BTreeSet::new(),
             faults_on: false,
             crash_at_next_persist: None,
+            clients_on: true,
             leaders: BTreeMap::new(),
             committed: BTreeMap::new(),
             data_index: BTreeMap::new(),
@@ -352,7 +354,18 @@ impl Sim {
                 self.nodes.iter().map(|node| node.engine.as_ref().map(|engine| engine.leader())).collect::<Vec<_>>()
             );
         };
+        // Clients stop, so that "caught up" has a fixed target.
+        self.clients_on = false;
         self.run_while(healed_ms + CONVERGENCE_MS, |sim| !sim.converged());
+        let last_index = self.committed.keys().next_back().copied().unwrap_or_default();
+        for node in &self.nodes {
+            assert!(
+                node.machine.applied_index >= last_index,
+                "(d) liveness: machine {} applied up to {} of {last_index} {CONVERGENCE_MS} ms after healing",
+                node.id,
+                node.machine.applied_index
+            );
+        }
         self.check_acknowledged_everywhere();
         FaultOutcome { heal_to_commit_ms: commit_ms - healed_ms, totals: self.totals }
     }
@@ -431,6 +444,7 @@ impl Sim {
                     self.blocked.remove(&link);
                 }
             }
+            SimEvent::Propose if !self.clients_on => {}
             SimEvent::Propose => {
                 self.propose();
                 let gap_ms = if self.faults_on { 20 + self.rng.below(180) } else { 10 };
@@ -750,11 +764,10 @@ impl Sim {
     fn acknowledge(&mut self, node: usize, token: ProposalToken, index: u64) {
         self.totals.committed += 1;
         let data = self.proposals[&token.0].clone();
-        let committed = self.committed.get(&index).map(|(_, data)| data.as_slice());
-        assert_eq!(
-            committed,
-            Some(data.as_slice()),
-            "(c) proposal {} reported committed at {index} by machine {}, but that index holds another entry",
+        let committed = self.committed.get(&index).map(|(_, data)| String::from_utf8_lossy(data));
+        assert!(
+            committed.as_deref() == Some(String::from_utf8_lossy(&data).as_ref()),
+            "(c) proposal {} reported committed at {index} by machine {}, but the applied log holds {committed:?} there",
             token.0,
             self.nodes[node].id
         );

@@ -282,9 +282,11 @@ impl QuorumEngine {
         self.report_leader(commands);
     }
 
-    /// raft-rs draws a new election timeout (with `thread_rng`) exactly when
-    /// it changes role or term (`Raft::reset`); replace it with one of ours,
-    /// in the same `[election_ticks, 2 * election_ticks)`.
+    /// raft-rs draws a new election timeout (with `thread_rng`) only in
+    /// `Raft::reset`, which runs only when role or term changes; on every such
+    /// change (a superset) this replaces the draw with one of ours, in the
+    /// same `[election_ticks, 2 * election_ticks)`, through raft-rs's
+    /// doc-hidden `set_randomized_election_timeout` (raft is pinned to 0.7).
     fn redraw_election_timeout(&mut self) {
         let now = (self.raw.raft.state, self.raw.raft.term);
         if now == self.timeout_drawn_at {
