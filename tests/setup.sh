@@ -14,9 +14,9 @@
 # root: kcat (compat suite); systemd (systemd-analyze, operability tests);
 # e2fsprogs and mount (mkfs.ext4, mount, losetup: the loop-mounted file
 # systems of the disk-fault and durability tests, which also need root);
-# iperf3 and fio (perf/ scripts); protobuf-compiler (protoc: the raft
-# crate's prost-codec generates its message types at build time, so cargo
-# build needs it); python3, python3-venv, nodejs and npm where missing.
+# iperf3 and fio (perf/ scripts); python3, python3-venv, nodejs and npm
+# where missing. (The raft crate's build needs protoc: .cargo/protoc uses
+# the one the protoc-bin-vendored crate ships when none is installed.)
 set -euo pipefail
 
 setup_repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,7 +38,6 @@ setup_tools=(
   "losetup mount"
   "iperf3 iperf3"
   "fio fio"
-  "protoc protobuf-compiler"
   "python3 python3"
   "node nodejs"
   "npm npm"
