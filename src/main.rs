@@ -130,9 +130,15 @@ struct ServeArgs {
     /// per-core: a port and node per core; shared: all cores on one port [default: per-core].
     #[arg(long, env = "SHARDLOG_LISTENER", value_enum)]
     listener: Option<ListenerMode>,
-    /// Node id of core 0; core i is node-id-base + i [default: 0].
+    /// Node id of core 0 when this machine first joins; core i is
+    /// node-id-base + i. Later starts keep the ids the cluster gave [default: 0].
     #[arg(long, env = "SHARDLOG_NODE_ID_BASE")]
     node_id_base: Option<i32>,
+    /// This machine's id in the cluster (not 0). Made at first start and kept
+    /// in the data directory (machine.id); a different one is refused
+    /// [default: the kept one, or a new random id].
+    #[arg(long, env = "SHARDLOG_MACHINE_ID")]
+    machine_id: Option<u64>,
     /// Create topics on first use by Metadata or Produce [default: true].
     #[arg(long, env = "SHARDLOG_AUTO_CREATE_TOPICS")]
     auto_create_topics: Option<bool>,
@@ -259,6 +265,9 @@ impl ServeArgs {
         );
         if self.advertised_host.is_some() {
             config.advertised_host = self.advertised_host;
+        }
+        if self.machine_id.is_some() {
+            config.machine_id = self.machine_id;
         }
         config.resolve().map_err(|e| e.to_string())
     }

@@ -1022,3 +1022,47 @@ fn a_restart_with_fewer_cores_moves_the_partitions_of_the_removed_cores_with_the
     let more = produce(&mut conn, "moving", 1, batch("n", 5), 1);
     assert_eq!(more.topics[0].partitions[0].base_offset, 10);
 }
+
+/// A data directory from before the metadata log: `metadata.rkyv` is read
+/// once into the log, kept aside as `metadata.rkyv.migrated`, and the
+/// topics, configs and node ids it held survive every later start.
+#[test]
+fn a_metadata_file_from_before_the_metadata_log_is_migrated_once() {
+    use shardlog::cluster::metadata::{self, PartitionInfo, PersistedMetadata, ShardId, TopicInfo};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let mut legacy = PersistedMetadata { cluster_id: "shardlog-legacy".into(), ..Default::default() };
+    legacy.topics.insert(
+        "kept".into(),
+        TopicInfo {
+            name: "kept".into(),
+            topic_id: [5; 16],
+            partitions: vec![
+                PartitionInfo { shard: ShardId(1), leader_epoch: 3 },
+                PartitionInfo { shard: ShardId(0), leader_epoch: 0 },
+            ],
+            configs: [("retention.ms".to_string(), "3600000".to_string())].into(),
+        },
+    );
+    metadata::store(&data, &legacy).unwrap();
+    let data_arg = data.display().to_string();
+    let mut broker = Broker::start(2, &["--data", &data_arg, "--node-id-base", "10"]);
+    assert!(data.join("metadata.rkyv.migrated").is_file() && !data.join("metadata.rkyv").exists());
+    for round in 0..2 {
+        let mut conn = broker.connect();
+        let request = MetadataRequest { topics: Some(vec!["kept".into()]), allow_auto_topic_creation: false };
+        let reader = conn.request(ApiKey::Metadata, 8, |w| request.encode(w, 8)).unwrap();
+        let answer = shardlog::client::decode(reader, 8, MetadataResponse::decode).unwrap();
+        assert_eq!(answer.cluster_id.as_deref(), Some("shardlog-legacy"), "round {round}");
+        let brokers: Vec<i32> = answer.brokers.iter().map(|b| b.node_id).collect();
+        assert_eq!(brokers, vec![10, 11], "round {round}: the node ids of --node-id-base");
+        let leaders: Vec<(i32, i32, i32)> =
+            answer.topics[0].partitions.iter().map(|p| (p.index, p.leader_id, p.leader_epoch)).collect();
+        assert_eq!(leaders, vec![(0, 11, 3), (1, 10, 0)], "round {round}");
+        let mut on_leader = broker.connect_port(broker.port + 1);
+        let produced = produce(&mut on_leader, "kept", 0, batch("k", 3), 1);
+        assert_eq!(produced.topics[0].partitions[0].error, ErrorCode::None, "round {round}");
+        broker.restart();
+    }
+}

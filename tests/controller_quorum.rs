@@ -49,7 +49,7 @@ impl Cluster {
             machine: machine(id),
             voters: self.voters.clone(),
             learners: Vec::new(),
-            listen,
+            listen: Some(listen),
             dir: self.dirs[(id - 1) as usize].path().join("__cluster"),
         };
         let service = ControllerService::start(config).expect("the controller service starts");
@@ -112,7 +112,7 @@ fn create_topic(handle: &ControllerHandle, name: &str) -> Result<u64, SubmitErro
 fn register(handle: &ControllerHandle, id: u64) {
     let records = block_on(handle.submit(Box::new(move |image: &ClusterImage| {
         let mut records =
-            control::register_machine(image, id, 1, None, &[("127.0.0.1".into(), 9092)]).expect("registers");
+            control::register_machine(image, id, 1, None, &[("127.0.0.1".into(), 9092)], None).expect("registers");
         // The registration's offset is its epoch; unfence in a later batch.
         records.truncate(1);
         (records, ())

@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::controller::{topic_id, validate_topic_name, ConfigCheck, ItemResult};
+use super::controller::{topic_id, validate_topic_name, ConfigCheck, ItemResult, PartitionGrowth};
 use super::image::{ClusterImage, TopicId};
 use super::metadata::NodeId;
 use super::records::{
@@ -31,16 +31,16 @@ pub struct TopicRequest {
     /// -1 or 1 until replication.
     pub replication_factor: i16,
     pub configs: BTreeMap<String, String>,
-    /// Explicit placement: node ids per partition (then `partitions` and
-    /// `replication_factor` are -1).
-    pub assignments: Vec<Vec<i32>>,
+    /// Explicit placement: (partition index, node ids of its replicas);
+    /// then `partitions` and `replication_factor` are -1.
+    pub assignments: Vec<(i32, Vec<i32>)>,
 }
 
 /// What the controller needs besides the image.
 pub struct ControlContext<'a> {
     pub default_partitions: i32,
     /// Validates a topic's configs.
-    pub check_topic_configs: &'a ConfigCheck,
+    pub check_topic_configs: &'a ConfigCheck<'a>,
     /// Seeds topic ids (the shell passes time and the log offset).
     pub salt: u64,
 }
@@ -100,7 +100,17 @@ pub fn create_topics(image: &ClusterImage, topics: &[TopicRequest], context: &Co
                 ));
                 continue;
             }
-            match assigned_leaders(image, &topic.assignments) {
+            let mut sorted: Vec<&(i32, Vec<i32>)> = topic.assignments.iter().collect();
+            sorted.sort_by_key(|(partition, _)| *partition);
+            if sorted.iter().enumerate().any(|(i, (partition, _))| *partition != i as i32) {
+                decision.items.push(refused(
+                    ErrorCode::InvalidReplicaAssignment,
+                    "partitions should be a consecutive 0-based integer sequence",
+                ));
+                continue;
+            }
+            let assignments: Vec<Vec<i32>> = sorted.into_iter().map(|(_, replicas)| replicas.clone()).collect();
+            match assigned_leaders(image, &assignments) {
                 Ok(leaders) => {
                     load.count(&leaders);
                     leaders
@@ -190,6 +200,26 @@ pub fn create_partitions(image: &ClusterImage, name: &str, count: i32, assignmen
     Decision { records, items: vec![ItemResult { name: name.into(), error: ErrorCode::None, message: None }] }
 }
 
+/// CreatePartitions for several topics: each decided on the image with the
+/// ones before it replayed, so a topic named twice grows once.
+pub fn create_partitions_many(image: &ClusterImage, growths: &[PartitionGrowth]) -> Decision {
+    let mut working = image.clone();
+    let mut decision = Decision::default();
+    for PartitionGrowth { name, count, assignments } in growths {
+        let one = create_partitions(&working, name, *count, assignments.as_deref());
+        if !one.records.is_empty() {
+            let mut delta = super::image::MetadataDelta::new(&working);
+            for record in &one.records {
+                delta.replay(working.provenance, record).expect("a decision replays on the image it was made on");
+            }
+            working = delta.finish().0;
+        }
+        decision.records.extend(one.records);
+        decision.items.extend(one.items);
+    }
+    decision
+}
+
 /// Sets (`Some`) or deletes (`None`) dynamic configs of one resource;
 /// `check` validates the resource's resulting set.
 pub fn alter_configs(
@@ -197,7 +227,7 @@ pub fn alter_configs(
     resource: &ConfigResource,
     changes: &[(String, Option<String>)],
     replace: bool,
-    check: &ConfigCheck,
+    check: &ConfigCheck<'_>,
 ) -> Decision {
     let (name, current) = match resource {
         ConfigResource::Topic(topic) => (topic.clone(), image.configs.topics.get(topic)),
@@ -246,16 +276,19 @@ pub fn alter_configs(
     Decision { records, items: vec![ItemResult { name, error: ErrorCode::None, message: None }] }
 }
 
-/// A machine (re)registers with `cores` cores. It keeps the node ids it
-/// had for the cores it still runs and gets fresh ones, never used before,
-/// for new cores; the partitions of cores it no longer runs move to its
-/// other nodes (they share its data directory).
+/// A machine (re)registers with one endpoint per core. It keeps the node
+/// ids it had for the cores it still runs and gets fresh ones, never used
+/// before, for new cores; the partitions of cores it no longer runs move to
+/// its other nodes (they share its data directory). A machine registering
+/// for the first time gets `first_id..` when those ids were never used
+/// (`--node-id-base`).
 pub fn register_machine(
     image: &ClusterImage,
     machine: u64,
     incarnation: u64,
     rack: Option<String>,
     endpoints: &[(String, i32)],
+    first_id: Option<i32>,
 ) -> Result<Vec<MetadataRecord>, (ErrorCode, String)> {
     if machine == 0 || endpoints.is_empty() {
         return Err((ErrorCode::InvalidRequest, "a machine has a non-zero id and at least one core".into()));
@@ -263,6 +296,9 @@ pub fn register_machine(
     let old: Vec<i32> =
         image.machines.iter().find(|(id, _)| id.get() == machine).map(|(_, m)| m.nodes.clone()).unwrap_or_default();
     let mut next_id = image.node_id_next;
+    if let Some(first) = first_id.filter(|first| old.is_empty() && *first >= image.node_id_next) {
+        next_id = first;
+    }
     let nodes: Vec<NodeRegistration> = endpoints
         .iter()
         .enumerate()
@@ -472,7 +508,8 @@ mod tests {
     fn cluster() -> ClusterImage {
         let mut image = ClusterImage::default();
         for (machine, rack) in [(1, "a"), (2, "a"), (3, "b")] {
-            let records = register_machine(&image, machine, 1, Some(rack.into()), &endpoints(machine, 2)).unwrap();
+            let records =
+                register_machine(&image, machine, 1, Some(rack.into()), &endpoints(machine, 2), None).unwrap();
             image = commit(&image, &records);
             let epoch = image.provenance.offset;
             image = commit(&image, &[MetadataRecord::UnfenceMachine { machine, machine_epoch: epoch }]);
@@ -499,7 +536,7 @@ mod tests {
         let image = cluster();
         let ids: Vec<i32> = image.nodes.keys().map(|n| n.0).collect();
         assert_eq!(ids, vec![0, 1, 2, 3, 4, 5]);
-        let again = register_machine(&image, 2, 2, Some("a".into()), &endpoints(2, 3)).unwrap();
+        let again = register_machine(&image, 2, 2, Some("a".into()), &endpoints(2, 3), None).unwrap();
         let image = commit(&image, &again);
         let two = image.machines.iter().find(|(id, _)| id.get() == 2).unwrap().1;
         assert_eq!(two.nodes, vec![2, 3, 6], "old cores keep their ids, a new core gets a fresh one");
@@ -531,7 +568,7 @@ mod tests {
     #[test]
     fn refused_items_add_no_records_and_do_not_block_the_others() {
         let image = cluster();
-        let assigned = TopicRequest { partitions: -1, assignments: vec![vec![9]], ..topic("bad-node", -1) };
+        let assigned = TopicRequest { partitions: -1, assignments: vec![(0, vec![9])], ..topic("bad-node", -1) };
         let decision = create_topics(
             &image,
             &[topic("ok", 2), topic("bad name", 1), topic("ok", 1), topic("zero", 0), assigned],
@@ -583,10 +620,10 @@ mod tests {
     #[test]
     fn a_machine_restarting_with_fewer_cores_moves_its_removed_nodes_partitions_to_its_others() {
         let image = cluster();
-        let assignments = vec![vec![2], vec![3], vec![3]];
+        let assignments = vec![(0, vec![2]), (1, vec![3]), (2, vec![3])];
         let request = TopicRequest { partitions: -1, assignments, ..topic("t", -1) };
         let image = commit(&image, &create_topics(&image, &[request], &context()).records);
-        let records = register_machine(&image, 2, 2, Some("a".into()), &endpoints(2, 1)).unwrap();
+        let records = register_machine(&image, 2, 2, Some("a".into()), &endpoints(2, 1), None).unwrap();
         let image = commit(&image, &records);
         let partitions = &image.topic("t").unwrap().partitions;
         assert!(partitions.iter().all(|p| p.leader == 2), "machine 2 keeps only node 2");
@@ -597,16 +634,16 @@ mod tests {
     #[test]
     fn a_machine_leaves_only_once_it_leads_nothing_and_its_node_ids_are_never_reused() {
         let image = cluster();
-        let request = TopicRequest { partitions: -1, assignments: vec![vec![4]], ..topic("t", -1) };
+        let request = TopicRequest { partitions: -1, assignments: vec![(0, vec![4])], ..topic("t", -1) };
         let image = commit(&image, &create_topics(&image, &[request], &context()).records);
         let refused = unregister_machine(&image, 3).unwrap_err();
         assert!(refused.1.contains("still leads partition 0 of topic t"), "{refused:?}");
         let image = commit(&image, &delete_topics(&image, &["t".into()]).records);
         let image = commit(&image, &unregister_machine(&image, 3).unwrap());
         assert!(!image.nodes.contains_key(&NodeId(4)) && !image.nodes.contains_key(&NodeId(5)));
-        let image = commit(&image, &register_machine(&image, 4, 1, None, &endpoints(4, 2)).unwrap());
+        let image = commit(&image, &register_machine(&image, 4, 1, None, &endpoints(4, 2), Some(2)).unwrap());
         let four = image.machines.iter().find(|(id, _)| id.get() == 4).unwrap().1;
-        assert_eq!(four.nodes, vec![6, 7], "ids 4 and 5 belonged to machine 3");
+        assert_eq!(four.nodes, vec![6, 7], "ids 4 and 5 belonged to machine 3, 2 is taken: the hint is ignored");
         assert!(unregister_machine(&image, 3).is_err(), "gone already");
     }
 

@@ -177,6 +177,15 @@ pub fn load(dir: &Path) -> Result<Option<PersistedMetadata>, MetadataError> {
         .map_err(|e| decode_error(&e.to_string()))
 }
 
+/// Renames a migrated `metadata.rkyv` to `metadata.rkyv.migrated`: its
+/// content now lives in the metadata log (`cluster::bridge::migration`).
+pub fn retire(dir: &Path) -> Result<(), MetadataError> {
+    let path = dir.join(FILE_NAME);
+    let io_error = |e: std::io::Error| MetadataError::Io { path: path.display().to_string(), message: e.to_string() };
+    std::fs::rename(&path, dir.join(format!("{FILE_NAME}.migrated"))).map_err(io_error)?;
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io_error)
+}
+
 /// Persists atomically: write a temporary file, fsync, rename, fsync the dir.
 pub fn store(dir: &Path, metadata: &PersistedMetadata) -> Result<(), MetadataError> {
     use std::io::Write;

@@ -9,6 +9,7 @@
 //! as records, `quorum` the Raft engine of the controller quorum, and `ids`
 //! the identities these modules share.
 
+pub mod bridge;
 pub mod control;
 pub mod controller;
 pub mod ids;

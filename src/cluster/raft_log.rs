@@ -262,7 +262,7 @@ mod tests {
     use super::*;
 
     fn entry(index: u64, term: u64) -> Entry {
-        Entry { index, term, data: format!("batch {index}@{term}").into_bytes().into(), ..Default::default() }
+        Entry { index, term, data: format!("batch {index}@{term}").into_bytes(), ..Default::default() }
     }
 
     fn hard_state(term: u64, vote: u64, commit: u64) -> HardState {
@@ -270,7 +270,7 @@ mod tests {
     }
 
     fn snapshot(index: u64, term: u64) -> Snapshot {
-        let mut snapshot = Snapshot { data: b"image".to_vec().into(), ..Default::default() };
+        let mut snapshot = Snapshot { data: b"image".to_vec(), ..Default::default() };
         snapshot.mut_metadata().index = index;
         snapshot.mut_metadata().term = term;
         snapshot
@@ -332,7 +332,7 @@ mod tests {
     fn the_file_is_rewritten_when_it_outgrows_its_state_and_reads_back_the_same() {
         let dir = tempfile::tempdir().unwrap();
         let mut log = RaftLog::open(dir.path()).unwrap();
-        let big = |index: u64| Entry { index, term: 1, data: vec![7u8; 256 << 10].into(), ..Default::default() };
+        let big = |index: u64| Entry { index, term: 1, data: vec![7u8; 256 << 10], ..Default::default() };
         for index in 1..=100 {
             log.persist(&persist(vec![big(index)], Some(hard_state(1, 1, index)), None)).unwrap();
             if index % 10 == 0 {

@@ -65,8 +65,9 @@ pub struct ServiceConfig {
     /// it votes.
     pub voters: Vec<(MachineId, SocketAddr)>,
     pub learners: Vec<(MachineId, SocketAddr)>,
-    /// Where this machine's controller port listens.
-    pub listen: SocketAddr,
+    /// Where this machine's controller port listens; `None` for a quorum
+    /// of this machine alone, which needs no port.
+    pub listen: Option<SocketAddr>,
     /// `__cluster` in the data directory.
     pub dir: PathBuf,
 }
@@ -107,6 +108,11 @@ pub struct QuorumStatus {
 /// and its answer `T` is given once they commit.
 pub type Decide<T> = Box<dyn FnOnce(&ClusterImage) -> (Vec<MetadataRecord>, T) + Send>;
 
+/// Where committed images go, with what changed.
+type Subscriber = flume::Sender<(Arc<ClusterImage>, Changes)>;
+/// A decision as the loop runs it: the records to propose.
+type DecideRecords = Box<dyn FnOnce(&ClusterImage) -> Vec<MetadataRecord> + Send>;
+
 /// The handle the rest of the process holds.
 #[derive(Clone)]
 pub struct ControllerHandle {
@@ -117,19 +123,13 @@ pub struct ControllerHandle {
 struct Shared {
     image: Mutex<Arc<ClusterImage>>,
     status: Mutex<QuorumStatus>,
-    subscribers: Mutex<Vec<flume::Sender<(Arc<ClusterImage>, Changes)>>>,
+    subscribers: Mutex<Vec<Subscriber>>,
 }
 
 enum LoopEvent {
-    Peer {
-        from: MachineId,
-        message: Box<Message>,
-    },
+    Peer { from: MachineId, message: Box<Message> },
     Unreachable(MachineId),
-    Submit {
-        decide: Box<dyn FnOnce(&ClusterImage) -> Vec<MetadataRecord> + Send>,
-        reply: flume::Sender<Result<u64, SubmitError>>,
-    },
+    Submit { decide: DecideRecords, reply: flume::Sender<Result<u64, SubmitError>> },
     Stop,
 }
 
@@ -137,7 +137,7 @@ enum LoopEvent {
 pub struct ControllerService {
     handle: ControllerHandle,
     threads: Vec<JoinHandle<()>>,
-    listen: SocketAddr,
+    listen: Option<SocketAddr>,
     stopping: Arc<AtomicBool>,
 }
 
@@ -155,9 +155,15 @@ impl ControllerService {
         quorum.election_seed = config.machine.get().wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29) ^ nanos;
         let (engine, first) =
             QuorumEngine::open(quorum, log.durable().clone()).map_err(|e| ServiceError::Quorum(e.to_string()))?;
-        let listener =
-            TcpListener::bind(config.listen).map_err(|source| ServiceError::Listen { addr: config.listen, source })?;
-        let listen = listener.local_addr().map_err(|source| ServiceError::Listen { addr: config.listen, source })?;
+        let listener = match config.listen {
+            Some(addr) => {
+                let listener = TcpListener::bind(addr).map_err(|source| ServiceError::Listen { addr, source })?;
+                let bound = listener.local_addr().map_err(|source| ServiceError::Listen { addr, source })?;
+                Some((listener, bound))
+            }
+            None => None,
+        };
+        let listen = listener.as_ref().map(|(_, bound)| *bound);
         let (events_tx, events_rx) = flume::bounded(EVENT_QUEUE_DEPTH);
         let shared = Arc::new(Shared {
             image: Mutex::new(Arc::new(ClusterImage::default())),
@@ -176,10 +182,11 @@ impl ControllerService {
             let (peer, addr, events) = (*id, *addr, events_tx.clone());
             threads.push(spawn(&format!("shardlog-ctl-to-{id}"), move || write_to_peer(peer, addr, rx, events)));
         }
-        let accept_events = events_tx.clone();
         let stopping = Arc::new(AtomicBool::new(false));
-        let accept_stopping = stopping.clone();
-        threads.push(spawn("shardlog-ctl-accept", move || accept_peers(listener, accept_events, accept_stopping)));
+        if let Some((listener, _)) = listener {
+            let (accept_events, accept_stopping) = (events_tx.clone(), stopping.clone());
+            threads.push(spawn("shardlog-ctl-accept", move || accept_peers(listener, accept_events, accept_stopping)));
+        }
         let mut state = LoopState {
             engine,
             log,
@@ -201,7 +208,7 @@ impl ControllerService {
     }
 
     /// The bound controller address (the port, when 0 was asked).
-    pub fn listen_addr(&self) -> SocketAddr {
+    pub fn listen_addr(&self) -> Option<SocketAddr> {
         self.listen
     }
 }
@@ -211,7 +218,9 @@ impl Drop for ControllerService {
         self.stopping.store(true, Ordering::SeqCst);
         let _ = self.handle.events.send(LoopEvent::Stop);
         // Unblocks the accept loop.
-        let _ = TcpStream::connect_timeout(&self.listen, CONNECT_TIMEOUT);
+        if let Some(listen) = self.listen {
+            let _ = TcpStream::connect_timeout(&listen, CONNECT_TIMEOUT);
+        }
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
@@ -357,6 +366,9 @@ impl LoopState {
                 Command::LeaderChanged { term, leader } => {
                     if leader != Some(self.engine.machine()) {
                         self.speculative = None;
+                    }
+                    if let Some(leader) = leader {
+                        tracing::info!(term, controller = %leader, machine = %self.engine.machine(), "controller elected");
                     }
                     let mut status = self.shared.status.lock().expect("not poisoned");
                     status.term = term;

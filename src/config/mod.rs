@@ -100,8 +100,12 @@ pub struct ServeConfig {
     pub advertised_host: Option<String>,
     pub port: u16,
     pub listener: ListenerMode,
-    /// Node id of core 0; core i is `node_id_base + i`.
+    /// Node id of core 0 when the machine first registers; core i is
+    /// `node_id_base + i`. Later starts keep the registered ids.
     pub node_id_base: i32,
+    /// This machine's id; `None`: the one kept in the data directory, or a
+    /// new one (`server::machine_id`).
+    pub machine_id: Option<u64>,
     pub auto_create_topics: bool,
     pub request_bytes_max: usize,
     /// Bytes of requests being read or served per core; readers wait when
@@ -144,6 +148,7 @@ impl Default for ServeConfig {
             port: 9092,
             listener: ListenerMode::PerCore,
             node_id_base: 0,
+            machine_id: None,
             auto_create_topics: true,
             request_bytes_max: constants::REQUEST_BYTES_MAX_DEFAULT,
             in_flight_bytes_max: constants::IN_FLIGHT_BYTES_MAX_DEFAULT,
@@ -255,6 +260,9 @@ impl ServeConfig {
         let kafka_ports = usize::from(self.port)..usize::from(self.port) + self.core_count();
         if self.metrics_port != 0 && kafka_ports.contains(&usize::from(self.metrics_port)) {
             return invalid("metrics-port", self.metrics_port.to_string(), "collides with a Kafka port");
+        }
+        if self.machine_id == Some(0) {
+            return invalid("machine-id", "0".into(), "must be a positive integer");
         }
         if self.node_id_base < 0 {
             return invalid("node-id-base", self.node_id_base.to_string(), "must be >= 0");

@@ -1,7 +1,7 @@
 //! A restart with another core count (`--cores`). Partitions of cores that
-//! no longer run move to the remaining ones (`controller::rehome_partitions`):
-//! every core of a machine reads the same data directory, so nothing is
-//! copied. Committed consumer-group offsets cannot move that way: a group
+//! no longer run move to the machine's other nodes when it registers
+//! (`cluster::control::register_machine`): every core of a machine reads
+//! the same data directory, so nothing is copied. Committed consumer-group offsets cannot move that way: a group
 //! lives on core `crc32(group) % cores`, in that core's offsets log
 //! (`__groups/core-<n>/`), so another count would look for them on another
 //! core and not find them. When any offsets log holds data and the count
@@ -11,9 +11,6 @@
 //! Runs once in `serve`, before any core starts.
 
 use std::path::Path;
-
-use crate::cluster::controller::{self, PartitionMove};
-use crate::cluster::metadata::PersistedMetadata;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CoreCountError {
@@ -27,8 +24,9 @@ pub enum CoreCountError {
     Io { path: String, source: std::io::Error },
 }
 
-/// Adapts the persisted placement to `cores`; the partitions that moved.
-pub fn adapt(durable: &mut PersistedMetadata, data: &Path, cores: usize) -> Result<Vec<PartitionMove>, CoreCountError> {
+/// Refuses a core count other than the one that wrote committed group
+/// offsets.
+pub fn check_group_offsets(data: &Path, cores: usize) -> Result<(), CoreCountError> {
     let groups = data.join("__groups");
     let (written, with_data) = group_logs(&groups)?;
     if with_data && written != cores {
@@ -38,7 +36,7 @@ pub fn adapt(durable: &mut PersistedMetadata, data: &Path, cores: usize) -> Resu
             cores,
         });
     }
-    Ok(controller::rehome_partitions(durable, cores))
+    Ok(())
 }
 
 /// How many cores wrote offsets logs (one past the highest `core-<n>`),
@@ -53,6 +51,11 @@ fn group_logs(groups: &Path) -> Result<(usize, bool), CoreCountError> {
     let (mut written, mut with_data) = (0, false);
     for entry in entries {
         let entry = entry.map_err(io)?;
+        // Not a directory: not an offsets log (the core that opens it says
+        // what is wrong with it).
+        if !entry.file_type().map_err(io)?.is_dir() {
+            continue;
+        }
         let name = entry.file_name();
         let Some(core) = name.to_str().and_then(|n| n.strip_prefix("core-")).and_then(|n| n.parse::<usize>().ok())
         else {
@@ -105,15 +108,14 @@ mod tests {
     #[test]
     fn a_changed_count_is_refused_only_when_some_offsets_log_holds_records() {
         let root = tempfile::tempdir().unwrap();
-        let mut durable = PersistedMetadata::default();
-        assert!(adapt(&mut durable, root.path(), 3).unwrap().is_empty(), "a fresh directory takes any count");
+        assert!(check_group_offsets(root.path(), 3).is_ok(), "a fresh directory takes any count");
         log_dir(root.path(), 0, &[]);
         log_dir(root.path(), 1, &[]);
-        assert!(adapt(&mut durable, root.path(), 1).is_ok(), "empty offsets logs hold no group");
+        assert!(check_group_offsets(root.path(), 1).is_ok(), "empty offsets logs hold no group");
         log_dir(root.path(), 1, &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 90]);
-        let refused = adapt(&mut durable, root.path(), 1).unwrap_err();
+        let refused = check_group_offsets(root.path(), 1).unwrap_err();
         assert!(refused.to_string().contains("Start with --cores 2"), "{refused}");
-        assert!(adapt(&mut durable, root.path(), 3).is_err(), "more cores move groups too");
-        assert!(adapt(&mut durable, root.path(), 2).is_ok());
+        assert!(check_group_offsets(root.path(), 3).is_err(), "more cores move groups too");
+        assert!(check_group_offsets(root.path(), 2).is_ok());
     }
 }

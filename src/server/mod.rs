@@ -9,6 +9,7 @@ pub mod handlers;
 pub mod http;
 pub mod limits;
 pub mod listener;
+pub mod machine_id;
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -17,7 +18,10 @@ use std::time::Duration;
 
 use glommio::{LocalExecutorBuilder, Placement};
 
-use crate::cluster::metadata::{self, MetadataImage, NodeId, NodeInfo, PersistedMetadata, ShardId};
+use crate::cluster::bridge;
+use crate::cluster::metadata::{self, MetadataImage, ShardId};
+use crate::cluster::service::{ControllerHandle, ControllerService, ServiceConfig};
+use crate::cluster::MachineId;
 use crate::config::{ListenerMode, ServeConfig};
 use crate::constants;
 use crate::shard::{Shard, ShardMessage};
@@ -38,21 +42,50 @@ pub enum ServeError {
     Spawn { core: usize, source: glommio::GlommioError<()> },
     #[error("{0}")]
     CoreCount(#[from] core_count::CoreCountError),
+    #[error("{0}")]
+    MachineId(#[from] machine_id::MachineIdError),
+    #[error("{0}")]
+    Controller(#[from] crate::cluster::service::ServiceError),
+    #[error("starting the cluster metadata: {0}")]
+    Bootstrap(crate::cluster::service::SubmitError),
 }
 
-/// The image a node starts from: its cores as nodes, plus what was persisted.
-pub fn initial_image(config: &ServeConfig, durable: PersistedMetadata) -> MetadataImage {
-    let cores = config.core_count();
+/// The address clients reach each core at (its node's endpoint).
+pub fn core_endpoints(config: &ServeConfig) -> Vec<(String, i32)> {
     let host = config.advertised_host();
-    let nodes = (0..cores)
-        .map(|core| NodeInfo {
-            node_id: NodeId(config.node_id_base + core as i32),
-            host: host.clone(),
-            port: i32::from(config.port) + if config.listener == ListenerMode::PerCore { core as i32 } else { 0 },
-            shard: ShardId(core as u32),
+    (0..config.core_count())
+        .map(|core| {
+            let port = i32::from(config.port) + if config.listener == ListenerMode::PerCore { core as i32 } else { 0 };
+            (host.clone(), port)
         })
-        .collect();
-    MetadataImage { version: 1, nodes, controller: NodeId(config.node_id_base), durable }
+        .collect()
+}
+
+/// Starts this machine's controller service (a quorum of this machine
+/// alone, for now) on `data/__cluster`, migrates a `metadata.rkyv` from an
+/// older shardlog on first start, registers the machine, and returns the
+/// cores' first image.
+fn start_metadata(config: &ServeConfig, machine: MachineId) -> Result<(ControllerService, MetadataImage), ServeError> {
+    let service_config = ServiceConfig {
+        machine,
+        voters: vec![(machine, SocketAddr::from(([127, 0, 0, 1], 0)))],
+        learners: Vec::new(),
+        listen: None,
+        dir: config.data.join("__cluster"),
+    };
+    let service = ControllerService::start(service_config)?;
+    let handle = service.handle();
+    let legacy = metadata::load(&config.data)?;
+    let endpoints = core_endpoints(config);
+    futures_lite::future::block_on(bridge::bootstrap(&handle, machine, endpoints, config.node_id_base, legacy.clone()))
+        .map_err(ServeError::Bootstrap)?;
+    if legacy.is_some() {
+        metadata::retire(&config.data)?;
+    }
+    let image = bridge::local_image(&handle.image(), machine);
+    let nodes: Vec<i32> = image.nodes.iter().map(|n| n.node_id.0).collect();
+    tracing::debug!(machine = %machine, cluster_id = %image.durable.cluster_id, ?nodes, "metadata ready");
+    Ok((service, image))
 }
 
 /// Runs the broker until SIGTERM or SIGINT, then shuts down cleanly; takes a
@@ -67,18 +100,10 @@ pub fn serve(config: ServeConfig) -> Result<(), ServeError> {
         .map_err(|source| ServeError::DataDir { path: config.data.display().to_string(), source })?;
     // Held until this function returns, after every core has stopped.
     let _data_lock = data_lock::DataDirLock::acquire(&config.data)?;
-    let mut durable = metadata::load(&config.data)?.unwrap_or_default();
-    let moves = core_count::adapt(&mut durable, &config.data, config.core_count())?;
-    for moved in &moves {
-        tracing::warn!(topic = %moved.topic, partition = moved.partition, from_core = moved.from.0, to_core = moved.to.0, "partition of a core this start does not run moves to another core");
-    }
-    if durable.cluster_id.is_empty() || !moves.is_empty() {
-        if durable.cluster_id.is_empty() {
-            durable.cluster_id = format!("shardlog-{:016x}", crate::log::now_ms() ^ u64::from(std::process::id()));
-        }
-        metadata::store(&config.data, &durable)?;
-    }
-    let image = Arc::new(initial_image(&config, durable));
+    core_count::check_group_offsets(&config.data, config.core_count())?;
+    let machine = machine_id::load_or_create(&config.data, config.machine_id)?;
+    let (controller, image) = start_metadata(&config, machine)?;
+    let image = Arc::new(image);
     let config = Arc::new(config);
     let cores = config.core_count();
     let (senders, receivers): (Vec<_>, Vec<_>) =
@@ -96,6 +121,7 @@ pub fn serve(config: ServeConfig) -> Result<(), ServeError> {
             core,
             config: config.clone(),
             image: image.clone(),
+            controller: (core == 0).then(|| (controller.handle(), machine)),
             senders: senders.clone(),
             inbox,
             report: StartReport { core, sender: Some(ready_tx.clone()) },
@@ -133,6 +159,7 @@ pub fn serve(config: ServeConfig) -> Result<(), ServeError> {
     for handle in handles {
         let _ = handle.join();
     }
+    drop(controller);
     tracing::info!("stopped");
     Ok(())
 }
@@ -280,6 +307,8 @@ struct CoreStart {
     core: usize,
     config: Arc<ServeConfig>,
     image: Arc<MetadataImage>,
+    /// Core 0 hosts the broker's side of the controller.
+    controller: Option<(ControllerHandle, MachineId)>,
     senders: Vec<flume::Sender<ShardMessage>>,
     inbox: flume::Receiver<ShardMessage>,
     report: StartReport,
@@ -288,9 +317,9 @@ struct CoreStart {
 }
 
 async fn run_core(start: CoreStart) {
-    let CoreStart { core, config, image, senders, inbox, report, limits, health } = start;
+    let CoreStart { core, config, image, controller, senders, inbox, report, limits, health } = start;
     crate::log::set_core_cache_bytes_max(config.cache_bytes_max);
-    let shard = Shard::new(ShardId(core as u32), config.clone(), image.clone(), senders);
+    let shard = Shard::new(ShardId(core as u32), config.clone(), image.clone(), senders, controller);
     // Core 0 serves /metrics and /v1/ready from before recovery until it stops.
     let http = if core == 0 { http::start(&shard, &config, health).await } else { Ok(None) };
     let _http = match http {

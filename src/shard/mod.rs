@@ -24,9 +24,13 @@ use event_listener::Event;
 use futures::StreamExt;
 use glommio::sync::Semaphore;
 
+use crate::cluster::bridge;
 use crate::cluster::controller::{self, ItemResult, NewTopic};
 pub use crate::cluster::metadata::ShardId;
 use crate::cluster::metadata::{self, MetadataImage};
+use crate::cluster::records::ConfigResource;
+use crate::cluster::service::ControllerHandle;
+use crate::cluster::MachineId;
 use crate::config::ServeConfig;
 use crate::constants;
 use crate::log::{Log, LogError};
@@ -151,6 +155,8 @@ pub struct Shard {
     pub in_flight_budget: Rc<Semaphore>,
     /// The consumer groups hashed to this core (set once at start).
     groups: RefCell<Option<Rc<groups::GroupService>>>,
+    /// On core 0: the controller service and this machine's id.
+    controller: Option<(ControllerHandle, MachineId)>,
     /// Fetch sessions opened on this core's connections.
     pub fetch_sessions: RefCell<fetch_sessions::FetchSessions>,
 }
@@ -171,6 +177,7 @@ impl Shard {
         config: Arc<ServeConfig>,
         image: Arc<MetadataImage>,
         inboxes: Vec<flume::Sender<ShardMessage>>,
+        controller: Option<(ControllerHandle, MachineId)>,
     ) -> Rc<Self> {
         let in_flight_bytes = config.in_flight_bytes_max as u64;
         Rc::new(Self {
@@ -187,6 +194,7 @@ impl Shard {
             in_flight_requests: Cell::new(0),
             in_flight_budget: Rc::new(Semaphore::new(in_flight_bytes)),
             groups: RefCell::new(None),
+            controller,
             fetch_sessions: RefCell::new(fetch_sessions::FetchSessions::default()),
         })
     }
@@ -568,57 +576,56 @@ impl Shard {
         receive.recv_async().await.unwrap_or_else(|_| failed())
     }
 
-    /// The controller: computes the next image, persists it, applies it on
+    /// The broker's side of the controller: has the controller service
+    /// decide and commit the change, then applies the committed image on
     /// every core, then answers.
     async fn run_admin(self: &Rc<Self>, op: AdminOp) -> AdminReply {
         assert!(self.is_controller());
         let Ok(_permit) = self.controller_lock.acquire_permit(1).await else {
             return AdminReply::Items(Vec::new());
         };
-        let image = self.image();
-        let config = self.config.clone();
-        let check = move |configs: &BTreeMap<String, String>| {
-            config.topic_log_config(configs).map(|_| ()).map_err(|e| e.to_string())
+        let Some((handle, _)) = self.controller.clone() else {
+            return AdminReply::Items(Vec::new());
         };
-        let salt = crate::log::now_ms() ^ image.version;
-        let (next, items) = match op {
-            AdminOp::CreateTopics { topics, validate_only } => {
-                controller::create_topics(&image, &topics, self.config.topic.partitions, validate_only, salt, &check)
-            }
-            AdminOp::DeleteTopics { names } => controller::delete_topics(&image, &names),
+        let request = match op {
+            AdminOp::CreateTopics { topics, validate_only } => bridge::Request::CreateTopics { topics, validate_only },
+            AdminOp::DeleteTopics { names } => bridge::Request::DeleteTopics { names },
             AdminOp::CreatePartitions { topics, validate_only } => {
-                controller::create_partitions(&image, &topics, validate_only)
+                bridge::Request::CreatePartitions { topics, validate_only }
             }
             AdminOp::AlterTopicConfigs { name, changes, replace, validate_only } => {
-                let change = |configs: &mut BTreeMap<String, String>| apply_changes(configs, &changes, replace);
-                let (next, item) = controller::alter_topic_configs(&image, &name, &change, &check, validate_only);
-                (next, vec![item])
+                bridge::Request::AlterConfigs { resource: ConfigResource::Topic(name), changes, replace, validate_only }
             }
             AdminOp::AlterBrokerConfigs { resource, changes, replace, validate_only } => {
-                let change = |configs: &mut BTreeMap<String, String>| apply_changes(configs, &changes, replace);
-                let config = self.config.clone();
-                let check = move |configs: &BTreeMap<String, String>| {
-                    crate::config::broker::validate_dynamic(&config, configs).map_err(|e| e.to_string())
+                let resource = match resource {
+                    controller::BrokerResource::Cluster => ConfigResource::Broker(None),
+                    controller::BrokerResource::Node(node) => ConfigResource::Broker(Some(node.0)),
                 };
-                let (next, item) = controller::alter_broker_configs(&image, resource, &change, &check, validate_only);
-                (next, vec![item])
+                bridge::Request::AlterConfigs { resource, changes, replace, validate_only }
             }
             AdminOp::AllocateProducerId => return AdminReply::ProducerId(self.allocate_producer_id().await),
         };
-        if next.durable != image.durable {
-            if let Err(err) = metadata::store(&self.config.data, &next.durable) {
-                tracing::error!(error = %err, "persisting metadata failed");
-                let failed = items.iter().map(|i| ItemResult {
-                    name: i.name.clone(),
-                    error: ErrorCode::KafkaStorageError,
-                    message: Some(err.to_string()),
-                });
-                return AdminReply::Items(failed.collect());
-            }
-            events::log_topic_changes(&image.durable, &next.durable);
-            self.broadcast_image(Arc::new(next)).await;
-        }
+        let names = request_names(&request);
+        let items = match bridge::submit(&handle, self.config.clone(), request).await {
+            Ok(items) => items,
+            Err(err) => return AdminReply::Items(bridge::failed_items(&names, &err)),
+        };
+        self.publish_committed().await;
         AdminReply::Items(items)
+    }
+
+    /// Applies the controller's last committed image on every core, when
+    /// it is newer than the one they have.
+    async fn publish_committed(self: &Rc<Self>) {
+        let Some((handle, machine)) = self.controller.clone() else { return };
+        let committed = handle.image();
+        let current = self.image();
+        if committed.provenance.offset <= current.version {
+            return;
+        }
+        let next = bridge::local_image(&committed, machine);
+        events::log_topic_changes(&current.durable, &next.durable);
+        self.broadcast_image(Arc::new(next)).await;
     }
 
     async fn allocate_producer_id(self: &Rc<Self>) -> Result<i64, ErrorCode> {
@@ -627,14 +634,12 @@ impl Shard {
             self.producer_ids.set((next + 1, end));
             return Ok(next);
         }
-        let image = self.image();
-        let mut durable = image.durable.clone();
-        let start = durable.producer_id_next.max(1);
-        durable.producer_id_next = start + constants::PRODUCER_ID_BLOCK;
-        metadata::store(&self.config.data, &durable).map_err(|_| ErrorCode::KafkaStorageError)?;
-        let next_image = MetadataImage { version: image.version + 1, durable, ..(*image).clone() };
-        *self.image.borrow_mut() = Arc::new(next_image.clone());
-        self.broadcast_image(Arc::new(next_image)).await;
+        let Some((handle, machine)) = self.controller.clone() else { return Err(ErrorCode::NotController) };
+        let start = bridge::allocate_producer_ids(&handle, machine).await.map_err(|err| {
+            tracing::warn!(error = %err, "allocating a producer id block failed");
+            ErrorCode::NotController
+        })?;
+        self.publish_committed().await;
         self.producer_ids.set((start + 1, start + constants::PRODUCER_ID_BLOCK));
         Ok(start)
     }
@@ -990,17 +995,17 @@ impl Shard {
 /// batch is at least half of the request, otherwise a copy, so that a small
 /// batch in a long cache never keeps a large request's memory alive (what
 /// the cache holds stays within twice what it counts).
-/// Sets (`Some`) or deletes (`None`) config keys; `replace` clears the rest
-/// first (AlterConfigs; IncrementalAlterConfigs edits).
-fn apply_changes(configs: &mut BTreeMap<String, String>, changes: &[(String, Option<String>)], replace: bool) {
-    if replace {
-        configs.clear();
-    }
-    for (key, value) in changes {
-        match value {
-            Some(value) => configs.insert(key.clone(), value.clone()),
-            None => configs.remove(key),
-        };
+/// The item names of an admin request, for answers when it fails whole.
+fn request_names(request: &bridge::Request) -> Vec<String> {
+    match request {
+        bridge::Request::CreateTopics { topics, .. } => topics.iter().map(|t| t.name.clone()).collect(),
+        bridge::Request::DeleteTopics { names } => names.clone(),
+        bridge::Request::CreatePartitions { topics, .. } => topics.iter().map(|t| t.name.clone()).collect(),
+        bridge::Request::AlterConfigs { resource, .. } => vec![match resource {
+            ConfigResource::Topic(name) => name.clone(),
+            ConfigResource::Broker(None) => String::new(),
+            ConfigResource::Broker(Some(node)) => node.to_string(),
+        }],
     }
 }
 

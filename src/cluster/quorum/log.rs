@@ -23,7 +23,10 @@ impl Drain for TracingDrain {
         let level = match record.level() {
             Level::Critical | Level::Error => tracing::Level::ERROR,
             Level::Warning => tracing::Level::WARN,
-            Level::Info => tracing::Level::INFO,
+            // raft-rs says "info" for every vote and role change: routine
+            // for an operator, who gets one "controller elected" line from
+            // the service instead.
+            Level::Info => tracing::Level::DEBUG,
             Level::Debug => tracing::Level::DEBUG,
             Level::Trace => tracing::Level::TRACE,
         };

@@ -1,0 +1,392 @@
+//! Between the cluster's metadata log and the cores (issue 29): the cores
+//! still read a `MetadataImage` (nodes, topics with each partition's core);
+//! this builds it from the committed `ClusterImage` for one machine, and
+//! turns an admin request into a decision the controller service commits.
+//! It also starts a machine's metadata: the first records of a new cluster,
+//! the migration of a `metadata.rkyv` written by an older shardlog, and the
+//! machine's registration at every start.
+//!
+//! Runs on core 0 (decisions) and on the start-up thread (bootstrap).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::control::{self, ControlContext, Decision, TopicRequest};
+use super::controller::{ItemResult, NewTopic, PartitionGrowth};
+use super::ids::MachineId;
+use super::image::ClusterImage;
+use super::metadata::{MetadataImage, NodeId, NodeInfo, PartitionInfo, PersistedMetadata, ShardId, TopicInfo};
+use super::records::{ConfigResource, MetadataRecord, PartitionRecord};
+use super::service::{ControllerHandle, SubmitError};
+use crate::config::ServeConfig;
+use crate::protocol::ErrorCode;
+
+/// The core a partition's leader runs on when that is not this machine:
+/// no core of it, so Metadata reports LEADER_NOT_AVAILABLE.
+pub const NOT_LOCAL: ShardId = ShardId(u32::MAX);
+
+/// The cores' view of `cluster` on `machine`.
+pub fn local_image(cluster: &ClusterImage, machine: MachineId) -> MetadataImage {
+    let mut nodes: Vec<NodeInfo> = cluster
+        .nodes
+        .iter()
+        .filter(|(_, placement)| placement.machine == machine.get())
+        .map(|(id, placement)| NodeInfo {
+            node_id: *id,
+            host: placement.host.clone(),
+            port: placement.port,
+            shard: ShardId(placement.core),
+        })
+        .collect();
+    nodes.sort_by_key(|node| node.shard);
+    let core_of = |node: i32| -> ShardId {
+        match cluster.nodes.get(&NodeId(node)) {
+            Some(placement) if placement.machine == machine.get() => ShardId(placement.core),
+            _ => NOT_LOCAL,
+        }
+    };
+    let topics = cluster
+        .topics
+        .values()
+        .map(|topic| {
+            let info = TopicInfo {
+                name: topic.name.clone(),
+                topic_id: topic.id,
+                partitions: topic
+                    .partitions
+                    .iter()
+                    .map(|p| PartitionInfo { shard: core_of(p.leader), leader_epoch: p.leader_epoch })
+                    .collect(),
+                configs: cluster.configs.topics.get(&topic.name).cloned().unwrap_or_default(),
+            };
+            (topic.name.clone(), info)
+        })
+        .collect();
+    let controller = nodes.first().map_or(NodeId(0), |n| n.node_id);
+    MetadataImage {
+        version: cluster.provenance.offset,
+        nodes,
+        controller,
+        durable: PersistedMetadata {
+            cluster_id: cluster.cluster_id.clone(),
+            topics,
+            producer_id_next: cluster.producer_id_next,
+            broker_configs: cluster.configs.cluster.clone(),
+            node_configs: cluster.configs.nodes.clone(),
+        },
+    }
+}
+
+/// Starts this machine's metadata: creates the cluster (migrating `legacy`,
+/// a `metadata.rkyv` from before the metadata log) on first start, then
+/// registers the machine with one endpoint per core and unfences it.
+pub async fn bootstrap(
+    handle: &ControllerHandle,
+    machine: MachineId,
+    endpoints: Vec<(String, i32)>,
+    first_node_id: i32,
+    legacy: Option<PersistedMetadata>,
+) -> Result<(), SubmitError> {
+    let fresh = handle.image().cluster_id.is_empty();
+    if fresh {
+        let cluster_id = legacy
+            .as_ref()
+            .map(|l| l.cluster_id.clone())
+            .filter(|id| !id.is_empty())
+            .unwrap_or_else(|| format!("shardlog-{:016x}", crate::log::now_ms() ^ u64::from(std::process::id())));
+        handle.submit(Box::new(move |_| (vec![MetadataRecord::ClusterCreated { cluster_id }], ()))).await?;
+    }
+    let incarnation = crate::log::now_ms() ^ (u64::from(std::process::id()) << 40);
+    let id = machine.get();
+    handle
+        .submit(Box::new(move |image: &ClusterImage| {
+            match control::register_machine(image, id, incarnation, None, &endpoints, Some(first_node_id)) {
+                Ok(records) => (records, Ok(())),
+                Err((_, reason)) => (Vec::new(), Err(reason)),
+            }
+        }))
+        .await?
+        .map_err(SubmitError::NotApplied)?;
+    handle
+        .submit(Box::new(move |image: &ClusterImage| {
+            let epoch = image.machines.get(&machine).map_or(0, |m| m.epoch);
+            (vec![MetadataRecord::UnfenceMachine { machine: id, machine_epoch: epoch }], ())
+        }))
+        .await?;
+    if let Some(legacy) = legacy.filter(|_| fresh) {
+        handle.submit(Box::new(move |image: &ClusterImage| (migration(image, machine, &legacy), ()))).await?;
+    }
+    Ok(())
+}
+
+/// The records that rebuild a `metadata.rkyv`'s topics, configs and
+/// producer ids on `machine`, whose core `c` is its `c`-th node.
+pub fn migration(image: &ClusterImage, machine: MachineId, legacy: &PersistedMetadata) -> Vec<MetadataRecord> {
+    let node_of_core = |core: u32| -> i32 {
+        image
+            .nodes
+            .iter()
+            .find(|(_, p)| p.machine == machine.get() && p.core == core)
+            .or_else(|| image.nodes.iter().find(|(_, p)| p.machine == machine.get()))
+            .map_or(-1, |(id, _)| id.0)
+    };
+    let mut records = Vec::new();
+    for topic in legacy.topics.values() {
+        records.push(MetadataRecord::Topic { name: topic.name.clone(), topic_id: topic.topic_id });
+        for (index, p) in topic.partitions.iter().enumerate() {
+            let leader = node_of_core(p.shard.0);
+            records.push(MetadataRecord::Partition(PartitionRecord {
+                topic_id: topic.topic_id,
+                partition: index as i32,
+                replicas: vec![leader],
+                isr: vec![leader],
+                leader,
+                leader_epoch: p.leader_epoch,
+                partition_epoch: 0,
+            }));
+        }
+        for (name, value) in &topic.configs {
+            records.push(config(ConfigResource::Topic(topic.name.clone()), name, value));
+        }
+    }
+    for (name, value) in &legacy.broker_configs {
+        records.push(config(ConfigResource::Broker(None), name, value));
+    }
+    for (node, configs) in &legacy.node_configs {
+        for (name, value) in configs {
+            records.push(config(ConfigResource::Broker(Some(*node)), name, value));
+        }
+    }
+    if legacy.producer_id_next > 0 {
+        let epoch = image.machines.get(&machine).map_or(0, |m| m.epoch);
+        records.push(MetadataRecord::ProducerIds {
+            machine: machine.get(),
+            machine_epoch: epoch,
+            next_producer_id: legacy.producer_id_next,
+        });
+    }
+    records
+}
+
+fn config(resource: ConfigResource, name: &str, value: &str) -> MetadataRecord {
+    MetadataRecord::Config { resource, name: name.into(), value: Some(value.into()) }
+}
+
+/// What an admin request asks of the controller, owned so that it can run
+/// on the controller's thread.
+#[derive(Debug, Clone)]
+pub enum Request {
+    CreateTopics {
+        topics: Vec<NewTopic>,
+        validate_only: bool,
+    },
+    DeleteTopics {
+        names: Vec<String>,
+    },
+    CreatePartitions {
+        topics: Vec<PartitionGrowth>,
+        validate_only: bool,
+    },
+    AlterConfigs {
+        resource: ConfigResource,
+        changes: Vec<(String, Option<String>)>,
+        replace: bool,
+        validate_only: bool,
+    },
+}
+
+/// Decides `request` on `image` with the broker's config checks; a
+/// validate-only request proposes nothing.
+pub fn decide(image: &ClusterImage, config: &ServeConfig, request: &Request, salt: u64) -> Decision {
+    let check_topic =
+        |configs: &BTreeMap<String, String>| config.topic_log_config(configs).map(|_| ()).map_err(|e| e.to_string());
+    let (decision, validate_only) = match request {
+        Request::CreateTopics { topics, validate_only } => {
+            let requests: Vec<TopicRequest> = topics
+                .iter()
+                .map(|t| TopicRequest {
+                    name: t.name.clone(),
+                    partitions: t.partitions,
+                    replication_factor: t.replication_factor,
+                    configs: t.configs.clone(),
+                    assignments: t.assignments.clone(),
+                })
+                .collect();
+            let context =
+                ControlContext { default_partitions: config.topic.partitions, check_topic_configs: &check_topic, salt };
+            (control::create_topics(image, &requests, &context), *validate_only)
+        }
+        Request::DeleteTopics { names } => (control::delete_topics(image, names), false),
+        Request::CreatePartitions { topics, validate_only } => {
+            (control::create_partitions_many(image, topics), *validate_only)
+        }
+        Request::AlterConfigs { resource, changes, replace, validate_only } => {
+            let decision = match resource {
+                ConfigResource::Topic(_) => control::alter_configs(image, resource, changes, *replace, &check_topic),
+                ConfigResource::Broker(_) => {
+                    let check = |configs: &BTreeMap<String, String>| {
+                        crate::config::broker::validate_dynamic(config, configs).map_err(|e| e.to_string())
+                    };
+                    control::alter_configs(image, resource, changes, *replace, &check)
+                }
+            };
+            (decision, *validate_only)
+        }
+    };
+    if validate_only {
+        Decision { records: Vec::new(), items: decision.items }
+    } else {
+        decision
+    }
+}
+
+/// The answer to every item of a request that did not commit.
+pub fn failed_items(items: &[String], error: &SubmitError) -> Vec<ItemResult> {
+    let code = match error {
+        SubmitError::Proposal(super::quorum::ProposalError::NotController { .. })
+        | SubmitError::Proposal(super::quorum::ProposalError::LeaderLost { .. }) => ErrorCode::NotController,
+        SubmitError::Proposal(_) => ErrorCode::RequestTimedOut,
+        SubmitError::NotApplied(_) | SubmitError::Stopped => ErrorCode::UnknownServerError,
+    };
+    items.iter().map(|name| ItemResult { name: name.clone(), error: code, message: Some(error.to_string()) }).collect()
+}
+
+/// Runs `request` through the controller service and waits for its commit.
+pub async fn submit(
+    handle: &ControllerHandle,
+    config: Arc<ServeConfig>,
+    request: Request,
+) -> Result<Vec<ItemResult>, SubmitError> {
+    let salt = crate::log::now_ms();
+    handle
+        .submit(Box::new(move |image: &ClusterImage| {
+            let decision = decide(image, &config, &request, salt ^ image.provenance.offset);
+            (decision.records, decision.items)
+        }))
+        .await
+}
+
+/// A block of producer ids for this machine.
+pub async fn allocate_producer_ids(handle: &ControllerHandle, machine: MachineId) -> Result<i64, SubmitError> {
+    let id = machine.get();
+    handle
+        .submit(Box::new(move |image: &ClusterImage| match control::allocate_producer_ids(image, id) {
+            Ok((start, records)) => (records, Ok(start)),
+            Err(error) => (Vec::new(), Err(error)),
+        }))
+        .await?
+        .map_err(|error| SubmitError::NotApplied(format!("no producer ids: {error:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::image::{MetadataDelta, Provenance};
+    use super::*;
+
+    fn commit(image: &ClusterImage, records: &[MetadataRecord]) -> ClusterImage {
+        let mut delta = MetadataDelta::new(image);
+        let at = Provenance { offset: image.provenance.offset + 1, epoch: 1 };
+        for record in records {
+            delta.replay(at, record).unwrap_or_else(|e| panic!("{record:?}: {e}"));
+        }
+        delta.finish().0
+    }
+
+    #[test]
+    fn a_legacy_metadata_file_migrates_to_the_same_local_image() {
+        let machine = MachineId::new(42).unwrap();
+        let mut legacy = PersistedMetadata { cluster_id: "old".into(), producer_id_next: 5000, ..Default::default() };
+        legacy.topics.insert(
+            "t".into(),
+            TopicInfo {
+                name: "t".into(),
+                topic_id: [3; 16],
+                partitions: vec![
+                    PartitionInfo { shard: ShardId(1), leader_epoch: 4 },
+                    PartitionInfo { shard: ShardId(0), leader_epoch: 0 },
+                ],
+                configs: [("retention.ms".to_string(), "1000".to_string())].into(),
+            },
+        );
+        legacy.broker_configs.insert("log.retention.ms".into(), "7".into());
+        legacy.node_configs.insert(11, [("log.segment.bytes".to_string(), "1048576".to_string())].into());
+
+        let image = commit(&ClusterImage::default(), &[MetadataRecord::ClusterCreated { cluster_id: "old".into() }]);
+        let endpoints = vec![("h".to_string(), 9092), ("h".to_string(), 9093)];
+        let image = commit(&image, &control::register_machine(&image, 42, 1, None, &endpoints, Some(10)).unwrap());
+        let image = commit(&image, &migration(&image, machine, &legacy));
+
+        let local = local_image(&image, machine);
+        assert_eq!(
+            local.nodes.iter().map(|n| (n.node_id.0, n.shard.0, n.port)).collect::<Vec<_>>(),
+            vec![(10, 0, 9092), (11, 1, 9093)]
+        );
+        assert_eq!(local.durable, legacy, "the cores see what the old file held");
+    }
+
+    #[test]
+    fn a_partition_led_by_another_machine_has_no_local_core() {
+        let image = commit(&ClusterImage::default(), &[MetadataRecord::ClusterCreated { cluster_id: "c".into() }]);
+        let one = vec![("a".to_string(), 9092)];
+        let image = commit(&image, &control::register_machine(&image, 1, 1, None, &one, None).unwrap());
+        let image = commit(&image, &control::register_machine(&image, 2, 1, None, &one, None).unwrap());
+        let records = vec![
+            MetadataRecord::Topic { name: "t".into(), topic_id: [1; 16] },
+            MetadataRecord::Partition(PartitionRecord {
+                topic_id: [1; 16],
+                partition: 0,
+                replicas: vec![1],
+                isr: vec![1],
+                leader: 1,
+                leader_epoch: 0,
+                partition_epoch: 0,
+            }),
+        ];
+        let image = commit(&image, &records);
+        let on_one = local_image(&image, MachineId::new(1).unwrap());
+        assert_eq!(on_one.topic("t").unwrap().partitions[0].shard, NOT_LOCAL);
+        let on_two = local_image(&image, MachineId::new(2).unwrap());
+        assert_eq!(on_two.topic("t").unwrap().partitions[0].shard, ShardId(0));
+    }
+
+    #[test]
+    fn a_validate_only_request_proposes_nothing_and_a_read_only_broker_config_is_refused_whole() {
+        let image = commit(&ClusterImage::default(), &[MetadataRecord::ClusterCreated { cluster_id: "c".into() }]);
+        let one = vec![("h".to_string(), 9092)];
+        let image = commit(&image, &control::register_machine(&image, 1, 1, None, &one, None).unwrap());
+        let epoch = image.machines.get(&MachineId::new(1).unwrap()).unwrap().epoch;
+        let image = commit(&image, &[MetadataRecord::UnfenceMachine { machine: 1, machine_epoch: epoch }]);
+        let config = ServeConfig::default();
+        let topic = NewTopic {
+            name: "t".into(),
+            partitions: 2,
+            replication_factor: -1,
+            configs: BTreeMap::new(),
+            assignments: Vec::new(),
+        };
+        let checked =
+            decide(&image, &config, &Request::CreateTopics { topics: vec![topic.clone()], validate_only: true }, 1);
+        assert!(checked.records.is_empty());
+        assert_eq!(checked.items[0].error, ErrorCode::None);
+        let created = decide(&image, &config, &Request::CreateTopics { topics: vec![topic], validate_only: false }, 1);
+        assert_eq!(created.records.len(), 3, "a topic and two partitions");
+
+        let alter = |changes: Vec<(String, Option<String>)>| Request::AlterConfigs {
+            resource: ConfigResource::Broker(None),
+            changes,
+            replace: false,
+            validate_only: false,
+        };
+        let refused = decide(
+            &image,
+            &config,
+            &alter(vec![("num.partitions".into(), Some("3".into())), ("log.retention.ms".into(), Some("1".into()))]),
+            1,
+        );
+        assert!(refused.records.is_empty());
+        assert_eq!(refused.items[0].error, ErrorCode::InvalidRequest);
+        assert!(refused.items[0].message.as_deref().unwrap().contains("Cannot update these configs dynamically"));
+        let accepted = decide(&image, &config, &alter(vec![("log.retention.ms".into(), Some("1".into()))]), 1);
+        assert_eq!(accepted.records.len(), 1);
+    }
+}
