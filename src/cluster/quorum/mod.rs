@@ -15,7 +15,7 @@
 //! that rejoins after a partition cannot force an election with its inflated
 //! term. The shell ticks every [`TICK_MS`]; followers campaign after
 //! `[election_ticks, 2 * election_ticks)` ticks without hearing a leader. The
-//! defaults (heartbeat every tick, election after 6..12 ticks: 0.6–1.2 s) aim
+//! defaults (heartbeat every 2 ticks, election after 12..24 ticks: 0.6–1.2 s) aim
 //! at a controller failover p99 under 2 s, leaving room for one split vote.
 //! `tests/raft_sim.rs` measures it: from a leader's crash to a new leader's
 //! first commit, p50 0.72 s, p99 1.13 s, max 1.91 s over 3,000 simulated
@@ -72,16 +72,20 @@ pub use raft::eraftpb::{Entry, HardState, Message, Snapshot};
 
 pub use super::ids::MachineId;
 
-/// How often the shell sends [`Event::Tick`].
-pub const TICK_MS: u64 = 100;
+/// How often the shell sends [`Event::Tick`]. 50 ms rather than 100: the
+/// election timeout is drawn in whole ticks, and with 6 possible values two
+/// survivors of a 3-voter quorum drew the same one often enough to split
+/// votes past 2 s (tests/controller_quorum.rs: 2.6 s in 40 failovers).
+pub const TICK_MS: u64 = 50;
 
 /// Followers campaign after this many to twice this many ticks without a
 /// leader: 0.6–1.2 s at [`TICK_MS`].
-pub const ELECTION_TICKS_DEFAULT: u32 = 6;
+pub const ELECTION_TICKS_DEFAULT: u32 = 12;
 
-/// A leader sends heartbeats this often (ticks). check-quorum needs several
-/// per election timeout to tell a slow follower from a lost one.
-pub const HEARTBEAT_TICKS_DEFAULT: u32 = 1;
+/// A leader sends heartbeats this often (ticks): every 100 ms. check-quorum
+/// needs several per election timeout to tell a slow follower from a lost
+/// one.
+pub const HEARTBEAT_TICKS_DEFAULT: u32 = 2;
 
 /// Proposals awaiting commit on the leader; more are refused as `Busy`.
 pub const PROPOSALS_PENDING_MAX_DEFAULT: usize = 4096;

@@ -306,7 +306,9 @@ fn leader_loss_fails_pending_proposals_naming_the_new_leader() {
     harness.isolated.remove(&old);
     harness.propose(new_leader, 4, b"after");
     // The new leader's next heartbeat carries its higher term.
-    harness.step(new_leader, Event::Tick);
+    for _ in 0..super::HEARTBEAT_TICKS_DEFAULT {
+        harness.step(new_leader, Event::Tick);
+    }
     harness.settle();
     assert!(!harness.engines[&old].is_leader());
     assert_eq!(
