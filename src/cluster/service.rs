@@ -429,7 +429,14 @@ impl LoopState {
             .subscribers
             .lock()
             .expect("not poisoned")
-            .retain(|subscriber| subscriber.try_send((image.clone(), changes.clone())).is_ok());
+            // A subscriber that is behind misses this one and reads the
+            // latest image when it catches up; only a gone one is dropped.
+            .retain(|subscriber| {
+                !matches!(
+                    subscriber.try_send((image.clone(), changes.clone())),
+                    Err(flume::TrySendError::Disconnected(_))
+                )
+            });
     }
 
     fn send(&self, to: MachineId, message: &Message) {

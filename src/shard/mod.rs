@@ -243,6 +243,8 @@ impl Shard {
     /// Opens the partitions this core owns in `image` and closes the ones it
     /// no longer owns (deleted topics: their files are removed).
     pub async fn apply_image(&self, image: Arc<MetadataImage>) -> Result<(), ShardError> {
+        let current = self.image.borrow().version;
+        assert!(image.version >= current, "metadata image versions only increase: {} after {current}", image.version);
         *self.image.borrow_mut() = image.clone();
         let mut wanted: BTreeMap<(String, i32), crate::log::LogConfig> = BTreeMap::new();
         let node = image.node_of_shard(self.id).expect("a running core is a node of the image");
@@ -612,6 +614,26 @@ impl Shard {
         };
         self.publish_committed().await;
         AdminReply::Items(items)
+    }
+
+    /// On core 0: applies every image the metadata log commits on every
+    /// core (changes decided on this machine are applied by `run_admin`
+    /// before it answers; this follows the rest). Runs until shutdown.
+    pub async fn follow_controller(self: Rc<Self>) {
+        let Some((handle, _)) = self.controller.clone() else { return };
+        let committed = handle.subscribe(constants::INBOX_DEPTH);
+        while !self.shutting_down.get() {
+            let next = futures_lite::future::or(async { committed.recv_async().await.ok().map(|_| ()) }, async {
+                glommio::timer::sleep(Duration::from_millis(100)).await;
+                Some(())
+            })
+            .await;
+            if next.is_none() {
+                return;
+            }
+            let Ok(_permit) = self.controller_lock.acquire_permit(1).await else { return };
+            self.publish_committed().await;
+        }
     }
 
     /// Applies the controller's last committed image on every core, when
