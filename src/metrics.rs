@@ -937,6 +937,7 @@ fn api_name(slot: usize) -> Option<&'static str> {
         ApiKey::AlterReplicaLogDirs => "AlterReplicaLogDirs",
         ApiKey::DescribeLogDirs => "DescribeLogDirs",
         ApiKey::DescribeCluster => "DescribeCluster",
+        ApiKey::DescribeQuorum => "DescribeQuorum",
     })
 }
 

@@ -429,6 +429,10 @@ fn cluster_status_shows_nodes_cores_partitions_and_disk_use() {
         assert_eq!(columns[3], "2", "partitions per core: {line}");
     }
     assert!(text.contains("broker ready, 2 cores") && text.contains("free of"), "{text}");
+    let machine = std::fs::read_to_string(broker.data_dir().join("machine.id")).expect("machine.id");
+    let quorum = text.lines().find(|l| l.starts_with("controller quorum:")).unwrap_or_else(|| panic!("{text}"));
+    assert!(quorum.contains(&format!("controller machine {}", machine.trim())), "{quorum}");
+    assert!(quorum.contains(&format!("voters {} (log end", machine.trim())), "{quorum}");
 
     // Without the endpoint the Metadata part still comes.
     let unreachable = free_ports(1);

@@ -38,6 +38,14 @@ impl Admin {
         decode(reader, 8, MetadataResponse::decode)
     }
 
+    /// DescribeQuorum of the metadata log (`__cluster_metadata` 0), v2.
+    pub fn describe_quorum(&mut self) -> Result<crate::protocol::describe_quorum::DescribeQuorumResponse, ClientError> {
+        use crate::protocol::describe_quorum::{DescribeQuorumRequest, DescribeQuorumResponse, METADATA_TOPIC};
+        let request = DescribeQuorumRequest { topics: vec![(METADATA_TOPIC.into(), vec![0])] };
+        let reader = self.connection.request(ApiKey::DescribeQuorum, 2, |w| request.encode(w, 2))?;
+        decode(reader, 2, DescribeQuorumResponse::decode)
+    }
+
     pub fn create_topic(
         &mut self,
         name: &str,

@@ -1,8 +1,10 @@
 //! `shardlog cluster status`: which nodes (cores) a broker runs and what
 //! they hold. Nodes and partition leaders come from the Kafka protocol
-//! (Metadata, any node); cores, log bytes on disk and free space from the
-//! broker's operations endpoint (`GET /v1/status` on `--metrics-port`, see
-//! `server::http`). Without the endpoint the Metadata part is still shown.
+//! (Metadata, any node), the controller quorum from DescribeQuorum (the
+//! controller machine, the Raft term, the commit index and each voter's
+//! log end); cores, log bytes on disk and free space from the broker's
+//! operations endpoint (`GET /v1/status` on `--metrics-port`, see
+//! `server::http`). Without the endpoint the Kafka part is still shown.
 
 use std::fmt;
 use std::io::{Read, Write};
@@ -28,6 +30,18 @@ pub struct ClusterStatus {
     pub endpoint: String,
     /// `/v1/status`, or why it could not be read.
     pub status: Result<Status, String>,
+    /// The metadata log's quorum, or why it could not be described.
+    pub quorum: Result<QuorumStatus, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuorumStatus {
+    pub controller_machine: i32,
+    pub term: i32,
+    pub commit_index: i64,
+    /// (machine id, log end offset; -1 unknown).
+    pub voters: Vec<(i32, i64)>,
+    pub observers: Vec<(i32, i64)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,7 +56,28 @@ pub struct NodeStatus {
 /// Metadata and the same host's `metrics_port` for `/v1/status`.
 pub fn cluster_status(bootstrap: &str, metrics_port: u16) -> Result<ClusterStatus, ClientError> {
     let first = bootstrap.split(',').next().unwrap_or(bootstrap).trim();
-    let metadata = Admin::connect(first)?.metadata(None)?;
+    let mut admin = Admin::connect(first)?;
+    let metadata = admin.metadata(None)?;
+    let quorum = admin.describe_quorum().map_err(|e| e.to_string()).and_then(|answer| {
+        let partition = answer
+            .topics
+            .first()
+            .and_then(|t| t.partitions.first())
+            .ok_or_else(|| "no quorum in the answer".to_string())?;
+        if !partition.error.is_ok() {
+            return Err(format!("{:?} (controller machine {})", partition.error, partition.leader_id));
+        }
+        let members = |list: &[crate::protocol::describe_quorum::ReplicaState]| {
+            list.iter().map(|r| (r.replica_id, r.log_end_offset)).collect()
+        };
+        Ok(QuorumStatus {
+            controller_machine: partition.leader_id,
+            term: partition.leader_epoch,
+            commit_index: partition.high_watermark,
+            voters: members(&partition.current_voters),
+            observers: members(&partition.observers),
+        })
+    });
     let mut nodes: Vec<NodeStatus> = metadata
         .brokers
         .iter()
@@ -74,6 +109,7 @@ pub fn cluster_status(bootstrap: &str, metrics_port: u16) -> Result<ClusterStatu
         nodes,
         endpoint,
         status,
+        quorum,
     })
 }
 
@@ -104,6 +140,26 @@ impl fmt::Display for ClusterStatus {
             "cluster {}  controller node {}  {} topics  {} partitions",
             self.cluster_id, self.controller_id, self.topics, self.partitions
         )?;
+        match &self.quorum {
+            Ok(quorum) => {
+                let list = |members: &[(i32, i64)]| {
+                    members.iter().map(|(id, end)| format!("{id} (log end {end})")).collect::<Vec<_>>().join(", ")
+                };
+                write!(
+                    f,
+                    "controller quorum: controller machine {}  term {}  committed {}  voters {}",
+                    quorum.controller_machine,
+                    quorum.term,
+                    quorum.commit_index,
+                    list(&quorum.voters)
+                )?;
+                if !quorum.observers.is_empty() {
+                    write!(f, "  observers {}", list(&quorum.observers))?;
+                }
+                writeln!(f)?;
+            }
+            Err(reason) => writeln!(f, "controller quorum unavailable: {reason}")?,
+        }
         let status = self.status.as_ref().ok();
         writeln!(
             f,

@@ -102,6 +102,12 @@ pub struct QuorumStatus {
     pub leader: Option<MachineId>,
     pub commit_index: u64,
     pub applied: Provenance,
+    pub voters: Vec<MachineId>,
+    pub learners: Vec<MachineId>,
+    /// Each member's matched log end, on the leader; empty elsewhere.
+    pub progress: Vec<(MachineId, u64)>,
+    /// This machine's last log index.
+    pub last_index: u64,
 }
 
 /// A decision run against the controller's image; its records are proposed
@@ -170,6 +176,11 @@ impl ControllerService {
             status: Mutex::new(QuorumStatus::default()),
             subscribers: Mutex::new(Vec::new()),
         });
+        {
+            let mut status = shared.status.lock().expect("not poisoned");
+            status.voters = ids(&config.voters);
+            status.learners = ids(&config.learners);
+        }
         let handle = ControllerHandle { events: events_tx.clone(), shared: shared.clone() };
         let mut threads = Vec::new();
         let mut peers = BTreeMap::new();
@@ -379,6 +390,8 @@ impl LoopState {
         let mut status = self.shared.status.lock().expect("not poisoned");
         status.commit_index = self.engine.commit_index();
         status.applied = self.committed.provenance;
+        status.progress = self.engine.progress();
+        status.last_index = self.engine.last_index();
     }
 
     fn apply(&mut self, applied: Applied) {

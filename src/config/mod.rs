@@ -261,8 +261,8 @@ impl ServeConfig {
         if self.metrics_port != 0 && kafka_ports.contains(&usize::from(self.metrics_port)) {
             return invalid("metrics-port", self.metrics_port.to_string(), "collides with a Kafka port");
         }
-        if self.machine_id == Some(0) {
-            return invalid("machine-id", "0".into(), "must be a positive integer");
+        if let Some(id) = self.machine_id.filter(|id| *id == 0 || *id > i32::MAX as u64) {
+            return invalid("machine-id", id.to_string(), "must be 1 ..= 2147483647");
         }
         if self.node_id_base < 0 {
             return invalid("node-id-base", self.node_id_base.to_string(), "must be >= 0");

@@ -17,6 +17,7 @@ pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_log_dirs;
+pub mod describe_quorum;
 pub mod fetch;
 pub mod incremental_alter_configs;
 pub mod init_producer_id;
@@ -69,6 +70,7 @@ pub enum ApiKey {
     CreatePartitions = 37,
     DeleteGroups = 42,
     IncrementalAlterConfigs = 44,
+    DescribeQuorum = 55,
     DescribeCluster = 60,
 }
 
@@ -107,6 +109,7 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     range(ApiKey::AlterReplicaLogDirs, 1, 2, 2),
     range(ApiKey::DescribeLogDirs, 1, 4, 2),
     range(ApiKey::DescribeCluster, 0, 2, 0),
+    range(ApiKey::DescribeQuorum, 0, 2, 0),
     range(ApiKey::FindCoordinator, 0, 2, 3),
     range(ApiKey::JoinGroup, 0, 5, 6),
     range(ApiKey::SyncGroup, 0, 3, 4),
@@ -149,6 +152,7 @@ impl ApiKey {
             37 => CreatePartitions,
             42 => DeleteGroups,
             44 => IncrementalAlterConfigs,
+            55 => DescribeQuorum,
             60 => DescribeCluster,
             _ => return None,
         })
@@ -253,5 +257,6 @@ pub fn decode_request_body(request: &Request, reader: &mut Reader) -> DecodeResu
         }
         ApiKey::DescribeLogDirs => describe_log_dirs::DescribeLogDirsRequest::decode(reader, version).map(drop),
         ApiKey::DescribeCluster => describe_cluster::DescribeClusterRequest::decode(reader, version).map(drop),
+        ApiKey::DescribeQuorum => describe_quorum::DescribeQuorumRequest::decode(reader, version).map(drop),
     }
 }

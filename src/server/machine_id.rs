@@ -19,7 +19,7 @@ pub enum MachineIdError {
         "--machine-id {given} does not match machine {kept} that wrote {path}; a data directory keeps its machine id"
     )]
     Mismatch { given: u64, kept: u64, path: String },
-    #[error("--machine-id must not be 0")]
+    #[error("--machine-id must be 1 ..= 2147483647 (Kafka's replica ids are int32)")]
     Zero,
 }
 
@@ -46,6 +46,7 @@ pub fn load_or_create(data: &Path, given: Option<u64>) -> Result<MachineId, Mach
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let id = match given {
+                Some(given) if given > i32::MAX as u64 => return Err(MachineIdError::Zero),
                 Some(given) => MachineId::new(given).ok_or(MachineIdError::Zero)?,
                 None => random_id(),
             };
@@ -60,14 +61,15 @@ pub fn load_or_create(data: &Path, given: Option<u64>) -> Result<MachineId, Mach
     }
 }
 
-/// A random id that fits a Java long and is readable: below 2^53.
+/// A random id that fits Kafka's int32 replica ids (DescribeQuorum names
+/// the quorum's voters by machine id): below 2^31.
 fn random_id() -> MachineId {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let mut z = nanos ^ (u64::from(std::process::id()) << 32);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^= z >> 31;
-    MachineId::new((z & ((1 << 53) - 1)).max(1)).expect("not zero")
+    MachineId::new((z & (i32::MAX as u64)).max(1)).expect("not zero")
 }
 
 #[cfg(test)]

@@ -121,7 +121,7 @@ pub fn serve(config: ServeConfig) -> Result<(), ServeError> {
             core,
             config: config.clone(),
             image: image.clone(),
-            controller: (core == 0).then(|| (controller.handle(), machine)),
+            controller: (controller.handle(), machine),
             senders: senders.clone(),
             inbox,
             report: StartReport { core, sender: Some(ready_tx.clone()) },
@@ -307,8 +307,8 @@ struct CoreStart {
     core: usize,
     config: Arc<ServeConfig>,
     image: Arc<MetadataImage>,
-    /// Core 0 hosts the broker's side of the controller.
-    controller: Option<(ControllerHandle, MachineId)>,
+    /// The controller service (core 0 hosts the broker's side of it).
+    controller: (ControllerHandle, MachineId),
     senders: Vec<flume::Sender<ShardMessage>>,
     inbox: flume::Receiver<ShardMessage>,
     report: StartReport,
@@ -319,7 +319,7 @@ struct CoreStart {
 async fn run_core(start: CoreStart) {
     let CoreStart { core, config, image, controller, senders, inbox, report, limits, health } = start;
     crate::log::set_core_cache_bytes_max(config.cache_bytes_max);
-    let shard = Shard::new(ShardId(core as u32), config.clone(), image.clone(), senders, controller);
+    let shard = Shard::new(ShardId(core as u32), config.clone(), image.clone(), senders, Some(controller));
     // Core 0 serves /metrics and /v1/ready from before recovery until it stops.
     let http = if core == 0 { http::start(&shard, &config, health).await } else { Ok(None) };
     let _http = match http {

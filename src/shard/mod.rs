@@ -155,7 +155,8 @@ pub struct Shard {
     pub in_flight_budget: Rc<Semaphore>,
     /// The consumer groups hashed to this core (set once at start).
     groups: RefCell<Option<Rc<groups::GroupService>>>,
-    /// On core 0: the controller service and this machine's id.
+    /// The controller service and this machine's id (core 0 decides
+    /// through it; every core may read its status).
     controller: Option<(ControllerHandle, MachineId)>,
     /// Fetch sessions opened on this core's connections.
     pub fetch_sessions: RefCell<fetch_sessions::FetchSessions>,
@@ -234,6 +235,11 @@ impl Shard {
     /// Messages waiting in this core's inbox.
     pub fn inbox_depth(&self) -> usize {
         self.inboxes.get(self.id.0 as usize).map_or(0, flume::Sender::len)
+    }
+
+    /// The controller service and this machine's id.
+    pub fn controller(&self) -> Option<&(ControllerHandle, MachineId)> {
+        self.controller.as_ref()
     }
 
     pub fn group_service(&self) -> Option<Rc<groups::GroupService>> {
@@ -620,7 +626,7 @@ impl Shard {
     /// core (changes decided on this machine are applied by `run_admin`
     /// before it answers; this follows the rest). Runs until shutdown.
     pub async fn follow_controller(self: Rc<Self>) {
-        let Some((handle, _)) = self.controller.clone() else { return };
+        let Some((handle, _)) = self.controller.clone().filter(|_| self.is_controller()) else { return };
         let committed = handle.subscribe(constants::INBOX_DEPTH);
         while !self.shutting_down.get() {
             let next = futures_lite::future::or(async { committed.recv_async().await.ok().map(|_| ()) }, async {

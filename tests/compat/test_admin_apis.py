@@ -374,3 +374,27 @@ def test_kafkajs_admin_calls_on_brokers_and_assignments(broker2, tmp_path):
     [grown] = out["metadataGrown"]["ok"]["topics"]
     assert sorted((p["partitionId"], p["leader"]) for p in grown["partitions"]) == [(0, 1), (1, 0), (2, 1)]
     assert f"{topic}-bad" not in out["listTopics"]["ok"]
+
+
+def test_describe_metadata_quorum_names_this_machine_as_the_controller_of_the_metadata_log(broker2):
+    """kafka-python's describe_metadata_quorum (DescribeQuorum, KRaft's
+    __cluster_metadata partition 0): a lone machine is the sole voter and
+    the controller, and the log's high watermark moves with each change."""
+    machine = int((broker2.data_dir / "machine.id").read_text().strip())
+    kp = kp_admin(broker2)
+    try:
+        before = kp.describe_metadata_quorum()
+        [topic] = before["topics"]
+        [partition] = topic["partitions"]
+        assert (topic["topic_name"], partition["partition_index"], partition["error"]) == (
+            "__cluster_metadata", 0, None)
+        assert partition["leader_id"] == machine
+        assert partition["leader_epoch"] >= 1
+        assert [v["replica_id"] for v in partition["current_voters"]] == [machine]
+        assert partition["current_voters"][0]["log_end_offset"] >= partition["high_watermark"] > 0
+        assert partition["observers"] == []
+        kp.create_topics([KpNewTopic(unique_topic("quorum"), num_partitions=1)])
+        [after] = kp.describe_metadata_quorum()["topics"][0]["partitions"]
+        assert after["high_watermark"] > partition["high_watermark"], "a topic is a committed metadata change"
+    finally:
+        kp.close()

@@ -159,6 +159,18 @@ impl QuorumEngine {
         self.applied_index
     }
 
+    /// How far each voter's and learner's log matches the leader's, as the
+    /// leader tracks it; empty on a follower.
+    pub fn progress(&self) -> Vec<(MachineId, u64)> {
+        if !self.is_leader() {
+            return Vec::new();
+        }
+        let mut progress: Vec<(MachineId, u64)> =
+            self.raw.raft.prs().iter().filter_map(|(id, p)| Some((MachineId::new(*id)?, p.matched))).collect();
+        progress.sort();
+        progress
+    }
+
     /// The index of the last entry in this machine's log: a leader appends
     /// its next proposal at `last_index() + 1`.
     pub fn last_index(&self) -> u64 {

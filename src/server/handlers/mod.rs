@@ -9,6 +9,7 @@ mod delete_records;
 mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
+mod describe_quorum;
 mod fetch;
 mod find_coordinator;
 mod groups;
@@ -76,6 +77,7 @@ pub async fn handle(shard: &Rc<Shard>, frame: BytesMut, peer: &str) -> Outcome {
         ApiKey::ListGroups => groups::list(shard, &request, &mut reader).await,
         ApiKey::DeleteGroups => groups::delete(shard, &request, &mut reader).await,
         ApiKey::DescribeCluster => describe_cluster::handle(shard, &request, &mut reader).await,
+        ApiKey::DescribeQuorum => describe_quorum::handle(shard, &request, &mut reader).await,
         ApiKey::DescribeLogDirs => log_dirs::describe(shard, &request, &mut reader).await,
         ApiKey::AlterReplicaLogDirs => log_dirs::alter(shard, &request, &mut reader).await,
     };
