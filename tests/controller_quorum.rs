@@ -14,6 +14,7 @@ use futures_lite::future::block_on;
 use shardlog::cluster::control::{self, ControlContext, TopicRequest};
 use shardlog::cluster::image::ClusterImage;
 use shardlog::cluster::quorum::ProposalError;
+use shardlog::cluster::raft_log::RaftLog;
 use shardlog::cluster::records::MetadataRecord;
 use shardlog::cluster::service::{ControllerHandle, ControllerService, ServiceConfig, SubmitError};
 use shardlog::cluster::MachineId;
@@ -27,6 +28,7 @@ fn free_addr() -> SocketAddr {
 }
 
 struct Cluster {
+    snapshot_entries: u64,
     dirs: Vec<tempfile::TempDir>,
     voters: Vec<(MachineId, SocketAddr)>,
     services: BTreeMap<u64, ControllerService>,
@@ -36,7 +38,7 @@ impl Cluster {
     fn start(size: u64) -> Self {
         let voters: Vec<(MachineId, SocketAddr)> = (1..=size).map(|id| (machine(id), free_addr())).collect();
         let dirs = (1..=size).map(|_| tempfile::tempdir().expect("a temp dir")).collect();
-        let mut cluster = Self { dirs, voters, services: BTreeMap::new() };
+        let mut cluster = Self { snapshot_entries: 4096, dirs, voters, services: BTreeMap::new() };
         for id in 1..=size {
             cluster.start_machine(id);
         }
@@ -51,6 +53,7 @@ impl Cluster {
             learners: Vec::new(),
             listen: Some(listen),
             dir: self.dirs[(id - 1) as usize].path().join("__cluster"),
+            snapshot_entries: self.snapshot_entries,
         };
         let service = ControllerService::start(config).expect("the controller service starts");
         self.services.insert(id, service);
@@ -186,4 +189,39 @@ fn a_quorum_of_one_elects_itself_and_its_log_survives_a_restart() {
     let after = cluster.handle(1).image();
     assert_eq!(after.topic_ids, before.topic_ids);
     assert_eq!(after.provenance.offset, before.provenance.offset, "replayed to the same point");
+}
+
+#[test]
+fn the_log_is_snapshotted_and_compacted_and_a_lagging_voter_and_a_restart_catch_up_past_the_compacted_entries() {
+    let mut cluster = Cluster::start(3);
+    cluster.leader(Duration::from_secs(5));
+    // Restart every machine with snapshots every 5 entries.
+    cluster.snapshot_entries = 5;
+    cluster.services.clear();
+    for id in 1..=3 {
+        cluster.start_machine(id);
+    }
+    let leader = cluster.leader(Duration::from_secs(5));
+    register(&cluster.handle(leader), leader);
+    let lagging = (1..=3).find(|id| *id != leader).unwrap();
+    drop(cluster.services.remove(&lagging));
+    for n in 0..20 {
+        create_topic(&cluster.handle(leader), &format!("t{n}")).expect("commits with one voter down");
+    }
+    let expected = cluster.handle(leader).image();
+    // The lagging voter comes back; the leader's log no longer holds what it
+    // missed, so it gets the snapshot.
+    cluster.start_machine(lagging);
+    cluster.wait_for(lagging, "every topic, through a snapshot", |image| image.topic_ids == expected.topic_ids);
+    // And a restart rebuilds from its own snapshot plus the entries after it.
+    drop(cluster.services.remove(&leader));
+    cluster.start_machine(leader);
+    cluster.wait_for(leader, "every topic after a restart", |image| image.topic_ids == expected.topic_ids);
+    cluster.services.clear();
+    for id in [leader, lagging] {
+        let log = RaftLog::open(&cluster.dirs[(id - 1) as usize].path().join("__cluster")).expect("opens");
+        let snapshot = log.durable().snapshot.as_ref().unwrap_or_else(|| panic!("machine {id} holds a snapshot"));
+        assert!(snapshot.get_metadata().index >= 20, "machine {id}: snapshot at {}", snapshot.get_metadata().index);
+        assert!(log.durable().entries.len() < 10, "machine {id}: compacted to {} entries", log.durable().entries.len());
+    }
 }

@@ -48,6 +48,9 @@ use super::quorum::{
 use super::raft_log::{RaftLog, RaftLogError};
 use super::records::{decode_batch, encode_batch, MetadataRecord};
 
+/// Entries applied between snapshots of the image: the Raft log (and a
+/// restart's replay) stays this short.
+pub const SNAPSHOT_ENTRIES_DEFAULT: u64 = 4096;
 /// A peer frame larger than this closes the connection.
 pub const FRAME_BYTES_MAX: usize = 64 << 20;
 /// Outgoing messages queued per peer; more are dropped.
@@ -70,6 +73,9 @@ pub struct ServiceConfig {
     pub listen: Option<SocketAddr>,
     /// `__cluster` in the data directory.
     pub dir: PathBuf,
+    /// Snapshot the image and compact the log every this many applied
+    /// entries (`SNAPSHOT_ENTRIES_DEFAULT`).
+    pub snapshot_entries: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -198,7 +204,10 @@ impl ControllerService {
             let (accept_events, accept_stopping) = (events_tx.clone(), stopping.clone());
             threads.push(spawn("shardlog-ctl-accept", move || accept_peers(listener, accept_events, accept_stopping)));
         }
+        let snapshot_index = log.durable().snapshot.as_ref().map_or(0, |s| s.get_metadata().index);
         let mut state = LoopState {
+            snapshot_index,
+            snapshot_entries: config.snapshot_entries.max(1),
             engine,
             log,
             peers,
@@ -275,6 +284,9 @@ impl ControllerHandle {
 }
 
 struct LoopState {
+    /// The index of the last snapshot the log holds.
+    snapshot_index: u64,
+    snapshot_entries: u64,
     engine: QuorumEngine,
     log: RaftLog,
     peers: BTreeMap<MachineId, flume::Sender<Vec<u8>>>,
@@ -387,11 +399,35 @@ impl LoopState {
                 }
             }
         }
+        self.snapshot_if_due();
         let mut status = self.shared.status.lock().expect("not poisoned");
         status.commit_index = self.engine.commit_index();
         status.applied = self.committed.provenance;
         status.progress = self.engine.progress();
         status.last_index = self.engine.last_index();
+    }
+
+    /// Snapshots the committed image into the log once enough entries were
+    /// applied since the last snapshot; the entries it covers go.
+    fn snapshot_if_due(&mut self) {
+        let applied = self.engine.applied_index();
+        if applied < self.snapshot_index + self.snapshot_entries {
+            return;
+        }
+        let image = super::image::encode_snapshot(&self.committed);
+        let snapshot = match self.engine.compact(applied, image) {
+            Ok(snapshot) => snapshot,
+            Err(err) => {
+                tracing::warn!(error = %err, applied, "metadata snapshot refused by the quorum engine");
+                return;
+            }
+        };
+        if let Err(err) = self.log.compact(&snapshot) {
+            tracing::error!(error = %err, "controller log write failed; the controller stops");
+            std::process::exit(1);
+        }
+        tracing::debug!(index = applied, "metadata snapshot taken");
+        self.snapshot_index = applied;
     }
 
     fn apply(&mut self, applied: Applied) {

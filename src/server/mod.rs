@@ -72,6 +72,7 @@ fn start_metadata(config: &ServeConfig, machine: MachineId) -> Result<(Controlle
         learners: Vec::new(),
         listen: None,
         dir: config.data.join("__cluster"),
+        snapshot_entries: crate::cluster::service::SNAPSHOT_ENTRIES_DEFAULT,
     };
     let service = ControllerService::start(service_config)?;
     let handle = service.handle();
