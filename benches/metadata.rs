@@ -1,8 +1,10 @@
 //! The metadata image at scale (issue 29): an image of 100,000 partitions
 //! (1,000 topics of 100 on three machines of two cores), built from records.
 //! Measures replaying 1,000 PartitionChange records into a delta and
-//! finishing it (the per-commit cost every machine pays), and encoding and
-//! decoding the image's snapshot; prints the snapshot's size.
+//! finishing it (the per-commit cost every machine pays), encoding and
+//! decoding the image's snapshot (prints its size), building the cores'
+//! view of one machine (`bridge::local_image`, done once per commit), and
+//! encoding a Metadata v8 response for 10,000 partitions.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use shardlog::cluster::image::{decode_snapshot, encode_snapshot, ClusterImage, MetadataDelta, Provenance};
@@ -113,5 +115,49 @@ fn snapshot(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, apply, snapshot);
+fn cores_and_metadata(c: &mut Criterion) {
+    let image = large_image();
+    let machine = shardlog::cluster::MachineId::new(1).expect("non-zero");
+    let mut group = c.benchmark_group("metadata-100k-partitions");
+    group.sample_size(20);
+    group.bench_function("local-image-for-the-cores", |b| {
+        b.iter(|| shardlog::cluster::bridge::local_image(&image, machine))
+    });
+    group.finish();
+
+    use shardlog::protocol::metadata::{MetadataBroker, MetadataPartition, MetadataResponse, MetadataTopic};
+    use shardlog::protocol::{ErrorCode, Writer};
+    let topics = (0..100)
+        .map(|t| MetadataTopic {
+            error: ErrorCode::None,
+            name: format!("topic-{t:04}"),
+            is_internal: false,
+            partitions: (0..100)
+                .map(|p| MetadataPartition {
+                    error: ErrorCode::None,
+                    index: p,
+                    leader_id: p % 6,
+                    leader_epoch: 0,
+                    replica_nodes: vec![p % 6],
+                    isr_nodes: vec![p % 6],
+                })
+                .collect(),
+        })
+        .collect();
+    let brokers =
+        (0..6).map(|n| MetadataBroker { node_id: n, host: "10.0.0.1".into(), port: 9092 + n, rack: None }).collect();
+    let response =
+        MetadataResponse { throttle_time_ms: 0, brokers, cluster_id: Some("bench".into()), controller_id: 0, topics };
+    let mut group = c.benchmark_group("metadata-response");
+    group.bench_function("encode-v8-10000-partitions", |b| {
+        b.iter(|| {
+            let mut w = Writer::new();
+            response.encode(&mut w, 8);
+            w.into_bytes()
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, apply, snapshot, cores_and_metadata);
 criterion_main!(benches);
