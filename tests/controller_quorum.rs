@@ -16,7 +16,7 @@ use shardlog::cluster::image::ClusterImage;
 use shardlog::cluster::quorum::ProposalError;
 use shardlog::cluster::raft_log::RaftLog;
 use shardlog::cluster::records::MetadataRecord;
-use shardlog::cluster::service::{ControllerHandle, ControllerService, ServiceConfig, SubmitError};
+use shardlog::cluster::service::{ControllerHandle, ControllerService, Decider, ServiceConfig, SubmitError};
 use shardlog::cluster::MachineId;
 
 fn machine(id: u64) -> MachineId {
@@ -55,7 +55,7 @@ impl Cluster {
             dir: self.dirs[(id - 1) as usize].path().join("__cluster"),
             snapshot_entries: self.snapshot_entries,
         };
-        let service = ControllerService::start(config).expect("the controller service starts");
+        let service = ControllerService::start(config, Some(topic_decider())).expect("the controller service starts");
         self.services.insert(id, service);
     }
 
@@ -91,6 +91,23 @@ impl Cluster {
 
 fn check_nothing(_: &BTreeMap<String, String>) -> Result<(), String> {
     Ok(())
+}
+
+/// Requests in these tests are a topic name to create; the answer is the
+/// item's error code, as text.
+fn topic_decider() -> Decider {
+    std::sync::Arc::new(|image: &ClusterImage, body: &[u8]| {
+        let request = TopicRequest {
+            name: String::from_utf8_lossy(body).into_owned(),
+            partitions: 1,
+            replication_factor: -1,
+            configs: BTreeMap::new(),
+            assignments: Vec::new(),
+        };
+        let context = ControlContext { default_partitions: 1, check_topic_configs: &check_nothing, salt: 3 };
+        let decision = control::create_topics(image, &[request], &context);
+        (decision.records, format!("{:?}", decision.items[0].error).into_bytes())
+    })
 }
 
 fn create_topic(handle: &ControllerHandle, name: &str) -> Result<u64, SubmitError> {
@@ -224,4 +241,23 @@ fn the_log_is_snapshotted_and_compacted_and_a_lagging_voter_and_a_restart_catch_
         assert!(snapshot.get_metadata().index >= 20, "machine {id}: snapshot at {}", snapshot.get_metadata().index);
         assert!(log.durable().entries.len() < 10, "machine {id}: compacted to {} entries", log.durable().entries.len());
     }
+}
+
+#[test]
+fn a_request_to_a_follower_is_forwarded_to_the_controller_and_answered_after_commit() {
+    let cluster = Cluster::start(3);
+    let leader = cluster.leader(Duration::from_secs(5));
+    register(&cluster.handle(leader), leader);
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let answer = block_on(cluster.handle(follower).request(b"via-follower".to_vec())).expect("forwarded and committed");
+    assert_eq!(answer, b"None");
+    for id in 1..=3 {
+        cluster.wait_for(id, "the forwarded topic", |image| image.topic("via-follower").is_some());
+    }
+    // A refused item commits nothing and still gets its answer.
+    let answer = block_on(cluster.handle(follower).request(b"bad name".to_vec())).expect("answered");
+    assert_eq!(answer, b"InvalidTopicException");
+    let answer = block_on(cluster.handle(leader).request(b"on-the-leader".to_vec())).expect("decided locally");
+    assert_eq!(answer, b"None");
+    assert!(cluster.handle(leader).image().topic("on-the-leader").is_some(), "answered after commit");
 }

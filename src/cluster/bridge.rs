@@ -245,8 +245,8 @@ pub fn failed_items(items: &[String], error: &SubmitError) -> Vec<ItemResult> {
     let code = match error {
         SubmitError::Proposal(super::quorum::ProposalError::NotController { .. })
         | SubmitError::Proposal(super::quorum::ProposalError::LeaderLost { .. }) => ErrorCode::NotController,
-        SubmitError::Proposal(_) => ErrorCode::RequestTimedOut,
-        SubmitError::NotApplied(_) | SubmitError::Stopped => ErrorCode::UnknownServerError,
+        SubmitError::Proposal(_) | SubmitError::TimedOut => ErrorCode::RequestTimedOut,
+        SubmitError::NotApplied(_) | SubmitError::Stopped | SubmitError::Remote(_) => ErrorCode::UnknownServerError,
     };
     items.iter().map(|name| ItemResult { name: name.clone(), error: code, message: Some(error.to_string()) }).collect()
 }

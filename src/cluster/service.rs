@@ -18,12 +18,23 @@
 //! the committed image (a bug: decisions are checked first) is skipped whole
 //! on every machine alike, and its proposer hears it failed.
 //!
+//! A request may be sent to any machine (`ControllerHandle::request`): a
+//! follower forwards it to the controller, which decides it with the
+//! `Decider` given at start, commits the records and sends the answer
+//! back, as Kafka's brokers forward admin requests to the active
+//! controller. A forwarded request the controller never answers fails
+//! after `FORWARD_TIMEOUT`.
+//!
 //! Wire frame on the controller port, both ways:
 //!
 //! ```text
 //! 0   4  length n of what follows (u32 LE), at most FRAME_BYTES_MAX
 //! 4   8  sender's machine id (u64 LE)
-//! 12  -  a prost raft Message (n - 8 bytes)
+//! 12  1  kind: 0 raft message, 1 forwarded request, 2 answer
+//! 13  -  kind 0: a prost raft Message
+//!        kind 1: request id (u64 LE), the request's bytes
+//!        kind 2: request id (u64 LE), status (u8: 0 answered, 1 not the
+//!                controller, 2 failed), the answer's bytes or the reason
 //! ```
 //!
 //! Nothing authenticates the sender yet: the security issue (32) puts the
@@ -51,6 +62,14 @@ use super::records::{decode_batch, encode_batch, MetadataRecord};
 /// Entries applied between snapshots of the image: the Raft log (and a
 /// restart's replay) stays this short.
 pub const SNAPSHOT_ENTRIES_DEFAULT: u64 = 4096;
+/// A request forwarded to the controller fails after this long unanswered.
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(15);
+const FRAME_RAFT: u8 = 0;
+const FRAME_REQUEST: u8 = 1;
+const FRAME_ANSWER: u8 = 2;
+const ANSWER_OK: u8 = 0;
+const ANSWER_NOT_CONTROLLER: u8 = 1;
+const ANSWER_FAILED: u8 = 2;
 /// A peer frame larger than this closes the connection.
 pub const FRAME_BYTES_MAX: usize = 64 << 20;
 /// Outgoing messages queued per peer; more are dropped.
@@ -99,6 +118,25 @@ pub enum SubmitError {
     NotApplied(String),
     #[error("the controller service stopped")]
     Stopped,
+    #[error("the controller did not answer a forwarded request in time")]
+    TimedOut,
+    #[error("the controller refused: {0}")]
+    Remote(String),
+}
+
+/// Decides a request (its bytes, as the caller encoded it) on the
+/// controller: the records to commit and the answer's bytes, given once
+/// they commit.
+pub type Decider = Arc<dyn Fn(&ClusterImage, &[u8]) -> (Vec<MetadataRecord>, Vec<u8>) + Send + Sync>;
+
+/// Where a request's answer goes.
+type AnswerSender = flume::Sender<Result<Vec<u8>, SubmitError>>;
+
+/// Who waits for a committed proposal's answer.
+enum Origin {
+    Local(flume::Sender<Result<u64, SubmitError>>),
+    LocalRequest(AnswerSender, Vec<u8>),
+    Remote { machine: MachineId, id: u64, answer: Vec<u8> },
 }
 
 /// What the quorum looks like from this machine.
@@ -142,6 +180,9 @@ enum LoopEvent {
     Peer { from: MachineId, message: Box<Message> },
     Unreachable(MachineId),
     Submit { decide: DecideRecords, reply: flume::Sender<Result<u64, SubmitError>> },
+    Request { body: Vec<u8>, reply: AnswerSender },
+    Forwarded { from: MachineId, id: u64, body: Vec<u8> },
+    Answer { id: u64, status: u8, body: Vec<u8> },
     Stop,
 }
 
@@ -155,7 +196,7 @@ pub struct ControllerService {
 
 impl ControllerService {
     /// Opens the log, binds the controller port and starts the threads.
-    pub fn start(config: ServiceConfig) -> Result<Self, ServiceError> {
+    pub fn start(config: ServiceConfig, decider: Option<Decider>) -> Result<Self, ServiceError> {
         let log = RaftLog::open(&config.dir)?;
         let ids = |list: &[(MachineId, SocketAddr)]| list.iter().map(|(id, _)| *id).collect::<Vec<_>>();
         let mut quorum = QuorumConfig::new(config.machine, ids(&config.voters), ids(&config.learners));
@@ -206,6 +247,9 @@ impl ControllerService {
         }
         let snapshot_index = log.durable().snapshot.as_ref().map_or(0, |s| s.get_metadata().index);
         let mut state = LoopState {
+            decider,
+            forwarded: BTreeMap::new(),
+            next_forward: 1,
             snapshot_index,
             snapshot_entries: config.snapshot_entries.max(1),
             engine,
@@ -266,6 +310,15 @@ impl ControllerHandle {
         value.ok_or(SubmitError::Stopped)
     }
 
+    /// Has the controller decide `body` with its `Decider`, wherever the
+    /// controller runs (a follower forwards it), and answers once the
+    /// records commit.
+    pub async fn request(&self, body: Vec<u8>) -> Result<Vec<u8>, SubmitError> {
+        let (reply, wait) = flume::bounded(1);
+        self.events.send_async(LoopEvent::Request { body, reply }).await.map_err(|_| SubmitError::Stopped)?;
+        wait.recv_async().await.map_err(|_| SubmitError::Stopped)?
+    }
+
     /// The last committed image.
     pub fn image(&self) -> Arc<ClusterImage> {
         self.shared.image.lock().expect("not poisoned").clone()
@@ -284,6 +337,10 @@ impl ControllerHandle {
 }
 
 struct LoopState {
+    decider: Option<Decider>,
+    /// Requests this machine forwarded to the controller, by id.
+    forwarded: BTreeMap<u64, (AnswerSender, Instant)>,
+    next_forward: u64,
     /// The index of the last snapshot the log holds.
     snapshot_index: u64,
     snapshot_entries: u64,
@@ -293,7 +350,7 @@ struct LoopState {
     committed: ClusterImage,
     /// The leader's image with its uncommitted proposals replayed.
     speculative: Option<ClusterImage>,
-    waiting: BTreeMap<ProposalToken, flume::Sender<Result<u64, SubmitError>>>,
+    waiting: BTreeMap<ProposalToken, Origin>,
     /// Whether each committed index replayed, until its proposal is answered.
     replayed: BTreeMap<u64, Result<(), String>>,
     next_token: u64,
@@ -310,6 +367,7 @@ impl LoopState {
                 next_tick = now + tick;
                 let commands = self.engine.step(Event::Tick);
                 self.run_commands(commands);
+                self.expire_forwarded();
                 continue;
             }
             match events.recv_timeout(next_tick - now) {
@@ -348,8 +406,47 @@ impl LoopState {
                 self.speculative = Some(delta.finish().0);
                 let token = ProposalToken(self.next_token);
                 self.next_token += 1;
-                self.waiting.insert(token, reply);
+                self.waiting.insert(token, Origin::Local(reply));
                 self.engine.step(Event::Propose { token, data: encode_batch(&records) })
+            }
+            LoopEvent::Request { body, reply } => {
+                if self.engine.is_leader() {
+                    return self.decide_request(&body, |answer| Origin::LocalRequest(reply, answer));
+                }
+                let Some(leader) = self.engine.leader() else {
+                    let error = ProposalError::NotController { leader: None };
+                    let _ = reply.send(Err(SubmitError::Proposal(error)));
+                    return;
+                };
+                let id = self.next_forward;
+                self.next_forward += 1;
+                self.forwarded.insert(id, (reply, Instant::now() + FORWARD_TIMEOUT));
+                let mut frame = id.to_le_bytes().to_vec();
+                frame.extend_from_slice(&body);
+                self.send_frame(leader, FRAME_REQUEST, &frame);
+                return;
+            }
+            LoopEvent::Forwarded { from, id, body } => {
+                if !self.engine.is_leader() {
+                    let leader = self.engine.leader().map_or(0, MachineId::get);
+                    self.send_answer(from, id, ANSWER_NOT_CONTROLLER, &leader.to_le_bytes());
+                    return;
+                }
+                return self.decide_request(&body, |answer| Origin::Remote { machine: from, id, answer });
+            }
+            LoopEvent::Answer { id, status, body } => {
+                let Some((reply, _)) = self.forwarded.remove(&id) else { return };
+                let outcome = match status {
+                    ANSWER_OK => Ok(body),
+                    ANSWER_NOT_CONTROLLER => {
+                        let leader = body.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
+                        let leader = leader.and_then(MachineId::new);
+                        Err(SubmitError::Proposal(ProposalError::NotController { leader }))
+                    }
+                    _ => Err(SubmitError::Remote(String::from_utf8_lossy(&body).into_owned())),
+                };
+                let _ = reply.send(outcome);
+                return;
             }
             LoopEvent::Stop => return,
         };
@@ -376,14 +473,14 @@ impl LoopState {
                         Some(Err(reason)) => Err(SubmitError::NotApplied(reason)),
                         _ => Ok(index),
                     };
-                    if let Some(reply) = self.waiting.remove(&token) {
-                        let _ = reply.send(outcome);
+                    if let Some(origin) = self.waiting.remove(&token) {
+                        self.answer(origin, outcome);
                     }
                 }
                 Command::ProposalFailed { token, error } => {
                     self.speculative = None;
-                    if let Some(reply) = self.waiting.remove(&token) {
-                        let _ = reply.send(Err(SubmitError::Proposal(error)));
+                    if let Some(origin) = self.waiting.remove(&token) {
+                        self.answer(origin, Err(SubmitError::Proposal(error)));
                     }
                 }
                 Command::LeaderChanged { term, leader } => {
@@ -489,13 +586,82 @@ impl LoopState {
     }
 
     fn send(&self, to: MachineId, message: &Message) {
+        self.send_frame(to, FRAME_RAFT, &encode_message(message));
+    }
+
+    fn send_frame(&self, to: MachineId, kind: u8, body: &[u8]) {
         let Some(queue) = self.peers.get(&to) else { return };
-        let body = encode_message(message);
-        let mut frame = Vec::with_capacity(12 + body.len());
-        frame.extend_from_slice(&((8 + body.len()) as u32).to_le_bytes());
+        let mut frame = Vec::with_capacity(13 + body.len());
+        frame.extend_from_slice(&((9 + body.len()) as u32).to_le_bytes());
         frame.extend_from_slice(&self.engine.machine().get().to_le_bytes());
-        frame.extend_from_slice(&body);
+        frame.push(kind);
+        frame.extend_from_slice(body);
         let _ = queue.try_send(frame);
+    }
+
+    fn send_answer(&self, to: MachineId, id: u64, status: u8, body: &[u8]) {
+        let mut frame = id.to_le_bytes().to_vec();
+        frame.push(status);
+        frame.extend_from_slice(body);
+        self.send_frame(to, FRAME_ANSWER, &frame);
+    }
+
+    /// Decides a request on the leader, proposes its records and remembers
+    /// who waits for the answer.
+    fn decide_request(&mut self, body: &[u8], origin: impl FnOnce(Vec<u8>) -> Origin) {
+        let Some(decider) = self.decider.clone() else {
+            let origin = origin(Vec::new());
+            return self.answer(origin, Err(SubmitError::Remote("this controller decides no requests".into())));
+        };
+        let base = self.speculative.get_or_insert_with(|| self.committed.clone());
+        let (records, answer) = decider(base, body);
+        if records.is_empty() {
+            let offset = self.committed.provenance.offset;
+            return self.answer(origin(answer), Ok(offset));
+        }
+        let mut delta = MetadataDelta::new(base);
+        let at = Provenance { offset: self.engine.last_index() + 1, epoch: self.engine.term() };
+        if let Some(err) = records.iter().find_map(|r| delta.replay(at, r).err()) {
+            return self.answer(origin(Vec::new()), Err(SubmitError::NotApplied(err.to_string())));
+        }
+        self.speculative = Some(delta.finish().0);
+        let token = ProposalToken(self.next_token);
+        self.next_token += 1;
+        self.waiting.insert(token, origin(answer));
+        let commands = self.engine.step(Event::Propose { token, data: encode_batch(&records) });
+        self.run_commands(commands);
+    }
+
+    /// Gives a proposal's outcome to whoever waits for it.
+    fn answer(&self, origin: Origin, outcome: Result<u64, SubmitError>) {
+        match origin {
+            Origin::Local(reply) => {
+                let _ = reply.send(outcome);
+            }
+            Origin::LocalRequest(reply, answer) => {
+                let _ = reply.send(outcome.map(|_| answer));
+            }
+            Origin::Remote { machine, id, answer } => match outcome {
+                Ok(_) => self.send_answer(machine, id, ANSWER_OK, &answer),
+                Err(SubmitError::Proposal(ProposalError::NotController { leader })) => {
+                    let leader = leader.map_or(0, MachineId::get);
+                    self.send_answer(machine, id, ANSWER_NOT_CONTROLLER, &leader.to_le_bytes())
+                }
+                Err(err) => self.send_answer(machine, id, ANSWER_FAILED, err.to_string().as_bytes()),
+            },
+        }
+    }
+
+    /// Fails forwarded requests the controller has not answered in time.
+    fn expire_forwarded(&mut self) {
+        let now = Instant::now();
+        let expired: Vec<u64> =
+            self.forwarded.iter().filter(|(_, (_, deadline))| *deadline <= now).map(|(id, _)| *id).collect();
+        for id in expired {
+            if let Some((reply, _)) = self.forwarded.remove(&id) {
+                let _ = reply.send(Err(SubmitError::TimedOut));
+            }
+        }
     }
 }
 
@@ -543,26 +709,48 @@ fn accept_peers(listener: TcpListener, events: flume::Sender<LoopEvent>, stoppin
 
 /// Reads frames until the peer closes or sends a bad one.
 fn read_from_peer(mut stream: TcpStream, events: flume::Sender<LoopEvent>) {
-    let mut header = [0u8; 12];
+    let mut header = [0u8; 13];
     loop {
         if stream.read_exact(&mut header).is_err() {
             return;
         }
         let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
         let from = u64::from_le_bytes(header[4..12].try_into().expect("8 bytes"));
-        if !(8..=FRAME_BYTES_MAX).contains(&len) {
+        let kind = header[12];
+        if !(9..=FRAME_BYTES_MAX).contains(&len) {
             tracing::warn!(len, "controller port: a frame of an impossible length; closing");
             return;
         }
-        let mut body = vec![0u8; len - 8];
+        let mut body = vec![0u8; len - 9];
         if stream.read_exact(&mut body).is_err() {
             return;
         }
-        let (Some(from), Ok(message)) = (MachineId::new(from), decode_message(&body)) else {
-            tracing::warn!(from, "controller port: a frame that does not decode; closing");
+        let Some(from) = MachineId::new(from) else {
+            tracing::warn!("controller port: a frame from machine 0; closing");
             return;
         };
-        if events.send(LoopEvent::Peer { from, message: Box::new(message) }).is_err() {
+        let event = match kind {
+            FRAME_RAFT => match decode_message(&body) {
+                Ok(message) => LoopEvent::Peer { from, message: Box::new(message) },
+                Err(_) => {
+                    tracing::warn!(%from, "controller port: a raft message that does not decode; closing");
+                    return;
+                }
+            },
+            FRAME_REQUEST | FRAME_ANSWER if body.len() >= 8 + usize::from(kind == FRAME_ANSWER) => {
+                let id = u64::from_le_bytes(body[..8].try_into().expect("8 bytes"));
+                if kind == FRAME_REQUEST {
+                    LoopEvent::Forwarded { from, id, body: body[8..].to_vec() }
+                } else {
+                    LoopEvent::Answer { id, status: body[8], body: body[9..].to_vec() }
+                }
+            }
+            _ => {
+                tracing::warn!(%from, kind, "controller port: a frame of an unknown kind; closing");
+                return;
+            }
+        };
+        if events.send(event).is_err() {
             return;
         }
     }
