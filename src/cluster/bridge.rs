@@ -98,21 +98,12 @@ pub async fn bootstrap(
     }
     let incarnation = crate::log::now_ms() ^ (u64::from(std::process::id()) << 40);
     let id = machine.get();
-    handle
-        .submit(Box::new(move |image: &ClusterImage| {
-            match control::register_machine(image, id, incarnation, None, &endpoints, Some(first_node_id)) {
-                Ok(records) => (records, Ok(())),
-                Err((_, reason)) => (Vec::new(), Err(reason)),
-            }
-        }))
-        .await?
-        .map_err(SubmitError::NotApplied)?;
-    handle
-        .submit(Box::new(move |image: &ClusterImage| {
-            let epoch = image.machines.get(&machine).map_or(0, |m| m.epoch);
-            (vec![MetadataRecord::UnfenceMachine { machine: id, machine_epoch: epoch }], ())
-        }))
-        .await?;
+    let register = Request::RegisterMachine { machine: id, incarnation, rack: None, endpoints, first_node_id };
+    for step in [register, Request::UnfenceMachine { machine: id }] {
+        if let Answer::Refused(reason) = request(handle, &step).await? {
+            return Err(SubmitError::Remote(reason));
+        }
+    }
     if let Some(legacy) = legacy.filter(|_| fresh) {
         handle.submit(Box::new(move |image: &ClusterImage| (migration(image, machine, &legacy), ()))).await?;
     }
@@ -172,10 +163,9 @@ fn config(resource: ConfigResource, name: &str, value: &str) -> MetadataRecord {
     MetadataRecord::Config { resource, name: name.into(), value: Some(value.into()) }
 }
 
-/// What an admin request asks of the controller, owned so that it can run
-/// on the controller's thread.
-#[derive(Debug, Clone)]
-pub enum Request {
+/// What an admin request asks of the controller.
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub enum AdminRequest {
     CreateTopics {
         topics: Vec<NewTopic>,
         validate_only: bool,
@@ -195,13 +185,107 @@ pub enum Request {
     },
 }
 
+/// What a machine asks of the controller: owned, and rkyv so that a
+/// machine that is not the controller forwards it there.
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub enum Request {
+    Admin(AdminRequest),
+    /// A machine (re)registers with one endpoint per core.
+    RegisterMachine {
+        machine: u64,
+        incarnation: u64,
+        rack: Option<String>,
+        endpoints: Vec<(String, i32)>,
+        first_node_id: i32,
+    },
+    /// A registered machine is ready to serve.
+    UnfenceMachine {
+        machine: u64,
+    },
+    /// A block of producer ids for a machine.
+    ProducerIds {
+        machine: u64,
+    },
+}
+
+/// The controller's answer to a `Request`, given once its records commit.
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub enum Answer {
+    /// Per item: name, Kafka error code, message.
+    Items(Vec<(String, i16, Option<String>)>),
+    /// The first id of a producer-id block.
+    ProducerIds(i64),
+    Done,
+    Refused(String),
+}
+
+/// The `Decider` of this machine's controller service: decodes a
+/// `Request`, decides it with this machine's config checks and encodes
+/// the `Answer`.
+pub fn decider(config: Arc<ServeConfig>) -> super::service::Decider {
+    Arc::new(move |image: &ClusterImage, body: &[u8]| {
+        let mut aligned = rkyv::util::AlignedVec::<16>::new();
+        aligned.extend_from_slice(body);
+        let (records, answer) = match rkyv::from_bytes::<Request, rkyv::rancor::Error>(&aligned) {
+            Ok(request) => decide_request(image, &config, &request),
+            Err(err) => (Vec::new(), Answer::Refused(format!("a request that does not decode: {err}"))),
+        };
+        (records, rkyv::to_bytes::<rkyv::rancor::Error>(&answer).expect("an answer serializes").to_vec())
+    })
+}
+
+fn decide_request(image: &ClusterImage, config: &ServeConfig, request: &Request) -> (Vec<MetadataRecord>, Answer) {
+    match request {
+        Request::RegisterMachine { machine, incarnation, rack, endpoints, first_node_id } => {
+            match control::register_machine(
+                image,
+                *machine,
+                *incarnation,
+                rack.clone(),
+                endpoints,
+                Some(*first_node_id),
+            ) {
+                Ok(records) => (records, Answer::Done),
+                Err((_, reason)) => (Vec::new(), Answer::Refused(reason)),
+            }
+        }
+        Request::UnfenceMachine { machine } => match image.machines.iter().find(|(id, _)| id.get() == *machine) {
+            Some((_, registered)) => (
+                vec![MetadataRecord::UnfenceMachine { machine: *machine, machine_epoch: registered.epoch }],
+                Answer::Done,
+            ),
+            None => (Vec::new(), Answer::Refused(format!("machine {machine} is not registered"))),
+        },
+        Request::ProducerIds { machine } => match control::allocate_producer_ids(image, *machine) {
+            Ok((start, records)) => (records, Answer::ProducerIds(start)),
+            Err(error) => (Vec::new(), Answer::Refused(format!("no producer ids for machine {machine}: {error:?}"))),
+        },
+        Request::Admin(admin) => {
+            let decision = decide(image, config, admin, crate::log::now_ms() ^ image.provenance.offset);
+            let items = decision.items.into_iter().map(|i| (i.name, i.error.code(), i.message)).collect();
+            (decision.records, Answer::Items(items))
+        }
+    }
+}
+
+/// Sends `request` to the controller (this machine's, or forwarded) and
+/// waits for the answer given after commit.
+pub async fn request(handle: &ControllerHandle, request: &Request) -> Result<Answer, SubmitError> {
+    let body = rkyv::to_bytes::<rkyv::rancor::Error>(request).expect("a request serializes").to_vec();
+    let bytes = handle.request(body).await?;
+    let mut aligned = rkyv::util::AlignedVec::<16>::new();
+    aligned.extend_from_slice(&bytes);
+    rkyv::from_bytes::<Answer, rkyv::rancor::Error>(&aligned)
+        .map_err(|err| SubmitError::Remote(format!("an answer that does not decode: {err}")))
+}
+
 /// Decides `request` on `image` with the broker's config checks; a
 /// validate-only request proposes nothing.
-pub fn decide(image: &ClusterImage, config: &ServeConfig, request: &Request, salt: u64) -> Decision {
+pub fn decide(image: &ClusterImage, config: &ServeConfig, request: &AdminRequest, salt: u64) -> Decision {
     let check_topic =
         |configs: &BTreeMap<String, String>| config.topic_log_config(configs).map(|_| ()).map_err(|e| e.to_string());
     let (decision, validate_only) = match request {
-        Request::CreateTopics { topics, validate_only } => {
+        AdminRequest::CreateTopics { topics, validate_only } => {
             let requests: Vec<TopicRequest> = topics
                 .iter()
                 .map(|t| TopicRequest {
@@ -216,11 +300,11 @@ pub fn decide(image: &ClusterImage, config: &ServeConfig, request: &Request, sal
                 ControlContext { default_partitions: config.topic.partitions, check_topic_configs: &check_topic, salt };
             (control::create_topics(image, &requests, &context), *validate_only)
         }
-        Request::DeleteTopics { names } => (control::delete_topics(image, names), false),
-        Request::CreatePartitions { topics, validate_only } => {
+        AdminRequest::DeleteTopics { names } => (control::delete_topics(image, names), false),
+        AdminRequest::CreatePartitions { topics, validate_only } => {
             (control::create_partitions_many(image, topics), *validate_only)
         }
-        Request::AlterConfigs { resource, changes, replace, validate_only } => {
+        AdminRequest::AlterConfigs { resource, changes, replace, validate_only } => {
             let decision = match resource {
                 ConfigResource::Topic(_) => control::alter_configs(image, resource, changes, *replace, &check_topic),
                 ConfigResource::Broker(_) => {
@@ -251,31 +335,25 @@ pub fn failed_items(items: &[String], error: &SubmitError) -> Vec<ItemResult> {
     items.iter().map(|name| ItemResult { name: name.clone(), error: code, message: Some(error.to_string()) }).collect()
 }
 
-/// Runs `request` through the controller service and waits for its commit.
-pub async fn submit(
-    handle: &ControllerHandle,
-    config: Arc<ServeConfig>,
-    request: Request,
-) -> Result<Vec<ItemResult>, SubmitError> {
-    let salt = crate::log::now_ms();
-    handle
-        .submit(Box::new(move |image: &ClusterImage| {
-            let decision = decide(image, &config, &request, salt ^ image.provenance.offset);
-            (decision.records, decision.items)
-        }))
-        .await
+/// Runs an admin `request` through the controller and waits for its commit.
+pub async fn submit(handle: &ControllerHandle, request: AdminRequest) -> Result<Vec<ItemResult>, SubmitError> {
+    match self::request(handle, &Request::Admin(request)).await? {
+        Answer::Items(items) => Ok(items
+            .into_iter()
+            .map(|(name, code, message)| ItemResult { name, error: crate::protocol::error::from_code(code), message })
+            .collect()),
+        Answer::Refused(reason) => Err(SubmitError::Remote(reason)),
+        other => Err(SubmitError::Remote(format!("an admin request answered {other:?}"))),
+    }
 }
 
 /// A block of producer ids for this machine.
 pub async fn allocate_producer_ids(handle: &ControllerHandle, machine: MachineId) -> Result<i64, SubmitError> {
-    let id = machine.get();
-    handle
-        .submit(Box::new(move |image: &ClusterImage| match control::allocate_producer_ids(image, id) {
-            Ok((start, records)) => (records, Ok(start)),
-            Err(error) => (Vec::new(), Err(error)),
-        }))
-        .await?
-        .map_err(|error| SubmitError::NotApplied(format!("no producer ids: {error:?}")))
+    match request(handle, &Request::ProducerIds { machine: machine.get() }).await? {
+        Answer::ProducerIds(start) => Ok(start),
+        Answer::Refused(reason) => Err(SubmitError::Remote(reason)),
+        other => Err(SubmitError::Remote(format!("a producer-id request answered {other:?}"))),
+    }
 }
 
 #[cfg(test)]
@@ -364,14 +442,19 @@ mod tests {
             configs: BTreeMap::new(),
             assignments: Vec::new(),
         };
-        let checked =
-            decide(&image, &config, &Request::CreateTopics { topics: vec![topic.clone()], validate_only: true }, 1);
+        let checked = decide(
+            &image,
+            &config,
+            &AdminRequest::CreateTopics { topics: vec![topic.clone()], validate_only: true },
+            1,
+        );
         assert!(checked.records.is_empty());
         assert_eq!(checked.items[0].error, ErrorCode::None);
-        let created = decide(&image, &config, &Request::CreateTopics { topics: vec![topic], validate_only: false }, 1);
+        let created =
+            decide(&image, &config, &AdminRequest::CreateTopics { topics: vec![topic], validate_only: false }, 1);
         assert_eq!(created.records.len(), 3, "a topic and two partitions");
 
-        let alter = |changes: Vec<(String, Option<String>)>| Request::AlterConfigs {
+        let alter = |changes: Vec<(String, Option<String>)>| AdminRequest::AlterConfigs {
             resource: ConfigResource::Broker(None),
             changes,
             replace: false,

@@ -13,7 +13,7 @@ use crate::protocol::ErrorCode;
 pub type ConfigCheck<'a> = dyn Fn(&BTreeMap<String, String>) -> Result<(), String> + 'a;
 
 /// One topic to create.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct NewTopic {
     pub name: String,
     /// -1: broker default.
@@ -27,7 +27,7 @@ pub struct NewTopic {
 }
 
 /// Growth of one topic (CreatePartitions).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct PartitionGrowth {
     pub name: String,
     /// The new total partition count.

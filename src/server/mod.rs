@@ -74,7 +74,7 @@ fn start_metadata(config: &ServeConfig, machine: MachineId) -> Result<(Controlle
         dir: config.data.join("__cluster"),
         snapshot_entries: crate::cluster::service::SNAPSHOT_ENTRIES_DEFAULT,
     };
-    let service = ControllerService::start(service_config, None)?;
+    let service = ControllerService::start(service_config, Some(bridge::decider(Arc::new(config.clone()))))?;
     let handle = service.handle();
     let legacy = metadata::load(&config.data)?;
     let endpoints = core_endpoints(config);

@@ -596,25 +596,32 @@ impl Shard {
             return AdminReply::Items(Vec::new());
         };
         let request = match op {
-            AdminOp::CreateTopics { topics, validate_only } => bridge::Request::CreateTopics { topics, validate_only },
-            AdminOp::DeleteTopics { names } => bridge::Request::DeleteTopics { names },
+            AdminOp::CreateTopics { topics, validate_only } => {
+                bridge::AdminRequest::CreateTopics { topics, validate_only }
+            }
+            AdminOp::DeleteTopics { names } => bridge::AdminRequest::DeleteTopics { names },
             AdminOp::CreatePartitions { topics, validate_only } => {
-                bridge::Request::CreatePartitions { topics, validate_only }
+                bridge::AdminRequest::CreatePartitions { topics, validate_only }
             }
             AdminOp::AlterTopicConfigs { name, changes, replace, validate_only } => {
-                bridge::Request::AlterConfigs { resource: ConfigResource::Topic(name), changes, replace, validate_only }
+                bridge::AdminRequest::AlterConfigs {
+                    resource: ConfigResource::Topic(name),
+                    changes,
+                    replace,
+                    validate_only,
+                }
             }
             AdminOp::AlterBrokerConfigs { resource, changes, replace, validate_only } => {
                 let resource = match resource {
                     controller::BrokerResource::Cluster => ConfigResource::Broker(None),
                     controller::BrokerResource::Node(node) => ConfigResource::Broker(Some(node.0)),
                 };
-                bridge::Request::AlterConfigs { resource, changes, replace, validate_only }
+                bridge::AdminRequest::AlterConfigs { resource, changes, replace, validate_only }
             }
             AdminOp::AllocateProducerId => return AdminReply::ProducerId(self.allocate_producer_id().await),
         };
         let names = request_names(&request);
-        let items = match bridge::submit(&handle, self.config.clone(), request).await {
+        let items = match bridge::submit(&handle, request).await {
             Ok(items) => items,
             Err(err) => return AdminReply::Items(bridge::failed_items(&names, &err)),
         };
@@ -1024,12 +1031,12 @@ impl Shard {
 /// batch in a long cache never keeps a large request's memory alive (what
 /// the cache holds stays within twice what it counts).
 /// The item names of an admin request, for answers when it fails whole.
-fn request_names(request: &bridge::Request) -> Vec<String> {
+fn request_names(request: &bridge::AdminRequest) -> Vec<String> {
     match request {
-        bridge::Request::CreateTopics { topics, .. } => topics.iter().map(|t| t.name.clone()).collect(),
-        bridge::Request::DeleteTopics { names } => names.clone(),
-        bridge::Request::CreatePartitions { topics, .. } => topics.iter().map(|t| t.name.clone()).collect(),
-        bridge::Request::AlterConfigs { resource, .. } => vec![match resource {
+        bridge::AdminRequest::CreateTopics { topics, .. } => topics.iter().map(|t| t.name.clone()).collect(),
+        bridge::AdminRequest::DeleteTopics { names } => names.clone(),
+        bridge::AdminRequest::CreatePartitions { topics, .. } => topics.iter().map(|t| t.name.clone()).collect(),
+        bridge::AdminRequest::AlterConfigs { resource, .. } => vec![match resource {
             ConfigResource::Topic(name) => name.clone(),
             ConfigResource::Broker(None) => String::new(),
             ConfigResource::Broker(Some(node)) => node.to_string(),
