@@ -105,6 +105,17 @@ pub struct Changes {
     pub machines: BTreeSet<MachineId>,
 }
 
+impl Changes {
+    /// Adds what a later delta changed.
+    pub fn merge(&mut self, later: Changes) {
+        self.partitions.extend(later.partitions);
+        self.removed_topics.extend(later.removed_topics);
+        self.topic_configs.extend(later.topic_configs);
+        self.broker_configs |= later.broker_configs;
+        self.machines.extend(later.machines);
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReplayError {

@@ -18,7 +18,9 @@ pub mod metadata;
 pub mod quorum;
 pub mod raft_log;
 pub mod records;
+pub mod observer;
 pub mod service;
+pub mod wire;
 
 pub use ids::MachineId;
 pub use metadata::{MetadataImage, NodeId, PartitionInfo, ShardId, TopicInfo};

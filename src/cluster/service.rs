@@ -25,25 +25,27 @@
 //! controller. A forwarded request the controller never answers fails
 //! after `FORWARD_TIMEOUT`.
 //!
-//! Wire frame on the controller port, both ways:
+//! Machines that are not voters follow the committed log as observers
+//! (`observer`, like KRaft's brokers): they FETCH it from a voter, which
+//! answers with the entries after the asker's offset (long-polled), or its
+//! last snapshot when those were compacted away. Voters keep the entries
+//! since their last snapshot in memory for this.
 //!
-//! ```text
-//! 0   4  length n of what follows (u32 LE), at most FRAME_BYTES_MAX
-//! 4   8  sender's machine id (u64 LE)
-//! 12  1  kind: 0 raft message, 1 forwarded request, 2 answer
-//! 13  -  kind 0: a prost raft Message
-//!        kind 1: request id (u64 LE), the request's bytes
-//!        kind 2: request id (u64 LE), status (u8: 0 answered, 1 not the
-//!                controller, 2 failed), the answer's bytes or the reason
-//! ```
+//! Leases (KIP-631): every registered machine heartbeats to the controller
+//! (`HEARTBEAT_EVERY`; an observer's fetch counts too). The controller
+//! fences a machine it has not heard from for `MACHINE_LEASE`, and unfences
+//! it when it is heard again with the same incarnation. A new controller
+//! gives every machine a full lease from its election.
+//!
+//! The frames are in `wire`.
 //!
 //! Nothing authenticates the sender yet: the security issue (32) puts the
 //! controller port behind mTLS. Until then it must only be reachable by the
 //! cluster's machines.
 
-use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+
+use std::collections::{BTreeMap, VecDeque};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -58,25 +60,28 @@ use super::quorum::{
 };
 use super::raft_log::{RaftLog, RaftLogError};
 use super::records::{decode_batch, encode_batch, MetadataRecord};
+use super::wire::{self, Cursor, Fetched, Outbox};
 
 /// Entries applied between snapshots of the image: the Raft log (and a
 /// restart's replay) stays this short.
 pub const SNAPSHOT_ENTRIES_DEFAULT: u64 = 4096;
 /// A request forwarded to the controller fails after this long unanswered.
 pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(15);
-const FRAME_RAFT: u8 = 0;
-const FRAME_REQUEST: u8 = 1;
-const FRAME_ANSWER: u8 = 2;
-const ANSWER_OK: u8 = 0;
-const ANSWER_NOT_CONTROLLER: u8 = 1;
-const ANSWER_FAILED: u8 = 2;
-/// A peer frame larger than this closes the connection.
-pub const FRAME_BYTES_MAX: usize = 64 << 20;
-/// Outgoing messages queued per peer; more are dropped.
-const PEER_QUEUE_DEPTH: usize = 1024;
+/// How often a registered machine tells the controller it is alive.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_millis(250);
+/// A machine the controller has not heard from for this long is fenced:
+/// its partitions have no leader until it is heard again. Kafka's
+/// `broker.session.timeout.ms` is 9 s, sized for JVM pauses; a shardlog
+/// machine has none, and replication's failover (issue 30) waits on this.
+pub const MACHINE_LEASE: Duration = Duration::from_millis(2000);
+/// A FETCH with nothing new waits this long for a commit before it is
+/// answered empty (so an observer's fetches are also its heartbeats).
+pub const FETCH_WAIT: Duration = Duration::from_millis(200);
+/// Bytes of entries in one FETCHED answer (the first entry always goes).
+const FETCH_BYTES_MAX: usize = 8 << 20;
 /// Events (messages, requests) queued for the loop.
 const EVENT_QUEUE_DEPTH: usize = 4096;
-const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 const RECONNECT_DELAY: Duration = Duration::from_millis(100);
 
 /// One machine's place in the quorum.
@@ -84,17 +89,26 @@ const RECONNECT_DELAY: Duration = Duration::from_millis(100);
 pub struct ServiceConfig {
     pub machine: MachineId,
     /// Every voter with its controller address, this machine included when
-    /// it votes.
+    /// it votes. A machine that is neither a voter nor a learner is an
+    /// observer: it follows the committed log by fetching it from a voter.
     pub voters: Vec<(MachineId, SocketAddr)>,
     pub learners: Vec<(MachineId, SocketAddr)>,
     /// Where this machine's controller port listens; `None` for a quorum
-    /// of this machine alone, which needs no port.
+    /// of this machine alone, which needs no port, and for an observer.
     pub listen: Option<SocketAddr>,
     /// `__cluster` in the data directory.
     pub dir: PathBuf,
     /// Snapshot the image and compact the log every this many applied
     /// entries (`SNAPSHOT_ENTRIES_DEFAULT`).
     pub snapshot_entries: u64,
+}
+
+impl ServiceConfig {
+    /// Whether this machine votes or learns through Raft; otherwise it
+    /// observes.
+    pub fn is_member(&self) -> bool {
+        self.voters.iter().chain(&self.learners).any(|(id, _)| *id == self.machine)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -124,19 +138,29 @@ pub enum SubmitError {
     Remote(String),
 }
 
+impl SubmitError {
+    /// Whether trying again later may succeed: no controller yet, or it
+    /// did not answer in time.
+    pub fn is_retriable(&self) -> bool {
+        matches!(self, Self::Proposal(ProposalError::NotController { .. }) | Self::TimedOut)
+    }
+}
+
 /// Decides a request (its bytes, as the caller encoded it) on the
 /// controller: the records to commit and the answer's bytes, given once
 /// they commit.
 pub type Decider = Arc<dyn Fn(&ClusterImage, &[u8]) -> (Vec<MetadataRecord>, Vec<u8>) + Send + Sync>;
 
 /// Where a request's answer goes.
-type AnswerSender = flume::Sender<Result<Vec<u8>, SubmitError>>;
+pub(crate) type AnswerSender = flume::Sender<Result<Vec<u8>, SubmitError>>;
 
 /// Who waits for a committed proposal's answer.
 enum Origin {
     Local(flume::Sender<Result<u64, SubmitError>>),
     LocalRequest(AnswerSender, Vec<u8>),
-    Remote { machine: MachineId, id: u64, answer: Vec<u8> },
+    Remote { reply: Outbox, id: u64, answer: Vec<u8> },
+    /// The controller's own (fencing): nobody waits.
+    Controller,
 }
 
 /// What the quorum looks like from this machine.
@@ -152,6 +176,8 @@ pub struct QuorumStatus {
     pub progress: Vec<(MachineId, u64)>,
     /// This machine's last log index.
     pub last_index: u64,
+    /// Whether this machine follows the log as an observer.
+    pub observer: bool,
 }
 
 /// A decision run against the controller's image; its records are proposed
@@ -161,28 +187,59 @@ pub type Decide<T> = Box<dyn FnOnce(&ClusterImage) -> (Vec<MetadataRecord>, T) +
 /// Where committed images go, with what changed.
 type Subscriber = flume::Sender<(Arc<ClusterImage>, Changes)>;
 /// A decision as the loop runs it: the records to propose.
-type DecideRecords = Box<dyn FnOnce(&ClusterImage) -> Vec<MetadataRecord> + Send>;
+pub(crate) type DecideRecords = Box<dyn FnOnce(&ClusterImage) -> Vec<MetadataRecord> + Send>;
 
 /// The handle the rest of the process holds.
 #[derive(Clone)]
 pub struct ControllerHandle {
-    events: flume::Sender<LoopEvent>,
-    shared: Arc<Shared>,
+    pub(crate) events: flume::Sender<LoopEvent>,
+    pub(crate) shared: Arc<Shared>,
 }
 
-struct Shared {
+pub(crate) struct Shared {
     image: Mutex<Arc<ClusterImage>>,
-    status: Mutex<QuorumStatus>,
+    pub(crate) status: Mutex<QuorumStatus>,
     subscribers: Mutex<Vec<Subscriber>>,
 }
 
-enum LoopEvent {
+impl Shared {
+    pub(crate) fn new(status: QuorumStatus) -> Self {
+        Self {
+            image: Mutex::new(Arc::new(ClusterImage::default())),
+            status: Mutex::new(status),
+            subscribers: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Makes `image` the committed one and hands it to every subscriber.
+    pub(crate) fn publish(&self, image: Arc<ClusterImage>, changes: Changes) {
+        *self.image.lock().expect("not poisoned") = image.clone();
+        self.status.lock().expect("not poisoned").applied = image.provenance;
+        self.subscribers
+            .lock()
+            .expect("not poisoned")
+            // A subscriber that is behind misses this one and reads the
+            // latest image when it catches up; only a gone one is dropped.
+            .retain(|subscriber| {
+                !matches!(
+                    subscriber.try_send((image.clone(), changes.clone())),
+                    Err(flume::TrySendError::Disconnected(_))
+                )
+            });
+    }
+}
+
+pub(crate) enum LoopEvent {
     Peer { from: MachineId, message: Box<Message> },
     Unreachable(MachineId),
     Submit { decide: DecideRecords, reply: flume::Sender<Result<u64, SubmitError>> },
     Request { body: Vec<u8>, reply: AnswerSender },
-    Forwarded { from: MachineId, id: u64, body: Vec<u8> },
+    Forwarded { id: u64, body: Vec<u8>, reply: Outbox },
     Answer { id: u64, status: u8, body: Vec<u8> },
+    Fetch { from: MachineId, after: u64, incarnation: u64, reply: Outbox },
+    Heartbeat { from: MachineId, incarnation: u64 },
+    /// This machine registered with `incarnation`: heartbeat from now on.
+    Live { incarnation: u64 },
     Stop,
 }
 
@@ -195,8 +252,14 @@ pub struct ControllerService {
 }
 
 impl ControllerService {
-    /// Opens the log, binds the controller port and starts the threads.
+    /// Opens the log, binds the controller port and starts the threads; a
+    /// machine that is not a member of the quorum starts as an observer.
     pub fn start(config: ServiceConfig, decider: Option<Decider>) -> Result<Self, ServiceError> {
+        if !config.is_member() {
+            let stopping = Arc::new(AtomicBool::new(false));
+            let (handle, threads) = super::observer::start(&config, stopping.clone());
+            return Ok(Self { handle, threads, listen: None, stopping });
+        }
         let log = RaftLog::open(&config.dir)?;
         let ids = |list: &[(MachineId, SocketAddr)]| list.iter().map(|(id, _)| *id).collect::<Vec<_>>();
         let mut quorum = QuorumConfig::new(config.machine, ids(&config.voters), ids(&config.learners));
@@ -206,6 +269,10 @@ impl ControllerService {
         let nanos =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         quorum.election_seed = config.machine.get().wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29) ^ nanos;
+        let snapshot = log.durable().snapshot.as_ref().map(|s| {
+            let meta = s.get_metadata();
+            (Provenance { offset: meta.index, epoch: meta.term }, Arc::<[u8]>::from(s.get_data()))
+        });
         let (engine, first) =
             QuorumEngine::open(quorum, log.durable().clone()).map_err(|e| ServiceError::Quorum(e.to_string()))?;
         let listener = match config.listen {
@@ -218,16 +285,8 @@ impl ControllerService {
         };
         let listen = listener.as_ref().map(|(_, bound)| *bound);
         let (events_tx, events_rx) = flume::bounded(EVENT_QUEUE_DEPTH);
-        let shared = Arc::new(Shared {
-            image: Mutex::new(Arc::new(ClusterImage::default())),
-            status: Mutex::new(QuorumStatus::default()),
-            subscribers: Mutex::new(Vec::new()),
-        });
-        {
-            let mut status = shared.status.lock().expect("not poisoned");
-            status.voters = ids(&config.voters);
-            status.learners = ids(&config.learners);
-        }
+        let status = QuorumStatus { voters: ids(&config.voters), learners: ids(&config.learners), ..Default::default() };
+        let shared = Arc::new(Shared::new(status));
         let handle = ControllerHandle { events: events_tx.clone(), shared: shared.clone() };
         let mut threads = Vec::new();
         let mut peers = BTreeMap::new();
@@ -235,7 +294,7 @@ impl ControllerService {
             if *id == config.machine {
                 continue;
             }
-            let (tx, rx) = flume::bounded::<Vec<u8>>(PEER_QUEUE_DEPTH);
+            let (tx, rx) = flume::bounded::<Vec<u8>>(wire::OUTBOX_DEPTH);
             peers.insert(*id, tx);
             let (peer, addr, events) = (*id, *addr, events_tx.clone());
             threads.push(spawn(&format!("shardlog-ctl-to-{id}"), move || write_to_peer(peer, addr, rx, events)));
@@ -245,7 +304,7 @@ impl ControllerService {
             let (accept_events, accept_stopping) = (events_tx.clone(), stopping.clone());
             threads.push(spawn("shardlog-ctl-accept", move || accept_peers(listener, accept_events, accept_stopping)));
         }
-        let snapshot_index = log.durable().snapshot.as_ref().map_or(0, |s| s.get_metadata().index);
+        let snapshot_index = snapshot.as_ref().map_or(0, |(at, _)| at.offset);
         let mut state = LoopState {
             decider,
             forwarded: BTreeMap::new(),
@@ -261,6 +320,14 @@ impl ControllerService {
             replayed: BTreeMap::new(),
             next_token: 1,
             shared,
+            snapshot,
+            recent: VecDeque::new(),
+            parked: Vec::new(),
+            incarnation: None,
+            heard: BTreeMap::new(),
+            leader_since: None,
+            ticks: 0,
+            last_tick: Instant::now(),
         };
         state.run_commands(first);
         threads.push(spawn("shardlog-controller", move || state.run(events_rx)));
@@ -294,7 +361,8 @@ impl Drop for ControllerService {
 impl ControllerHandle {
     /// Runs `decide` on the controller's image, proposes its records and
     /// waits for them to commit; then answers with the decision's `T`.
-    /// A decision with no records answers at once.
+    /// A decision with no records answers at once. Only on the controller:
+    /// elsewhere it fails with `NotController` (see `request`).
     pub async fn submit<T: Send + 'static>(&self, decide: Decide<T>) -> Result<T, SubmitError> {
         let answer = Arc::new(Mutex::new(None));
         let slot = answer.clone();
@@ -311,12 +379,18 @@ impl ControllerHandle {
     }
 
     /// Has the controller decide `body` with its `Decider`, wherever the
-    /// controller runs (a follower forwards it), and answers once the
-    /// records commit.
+    /// controller runs (a follower or an observer forwards it), and
+    /// answers once the records commit.
     pub async fn request(&self, body: Vec<u8>) -> Result<Vec<u8>, SubmitError> {
         let (reply, wait) = flume::bounded(1);
         self.events.send_async(LoopEvent::Request { body, reply }).await.map_err(|_| SubmitError::Stopped)?;
         wait.recv_async().await.map_err(|_| SubmitError::Stopped)?
+    }
+
+    /// This machine is registered as `incarnation`: from now on it
+    /// heartbeats to the controller, which fences it when they stop.
+    pub fn live(&self, incarnation: u64) {
+        let _ = self.events.send(LoopEvent::Live { incarnation });
     }
 
     /// The last committed image.
@@ -338,15 +412,16 @@ impl ControllerHandle {
 
 struct LoopState {
     decider: Option<Decider>,
-    /// Requests this machine forwarded to the controller, by id.
-    forwarded: BTreeMap<u64, (AnswerSender, Instant)>,
+    /// Requests this machine forwarded to the controller, by id, with
+    /// their deadline and the machine they went to.
+    forwarded: BTreeMap<u64, (AnswerSender, Instant, MachineId)>,
     next_forward: u64,
     /// The index of the last snapshot the log holds.
     snapshot_index: u64,
     snapshot_entries: u64,
     engine: QuorumEngine,
     log: RaftLog,
-    peers: BTreeMap<MachineId, flume::Sender<Vec<u8>>>,
+    peers: BTreeMap<MachineId, Outbox>,
     committed: ClusterImage,
     /// The leader's image with its uncommitted proposals replayed.
     speculative: Option<ClusterImage>,
@@ -355,6 +430,21 @@ struct LoopState {
     replayed: BTreeMap<u64, Result<(), String>>,
     next_token: u64,
     shared: Arc<Shared>,
+    /// The last snapshot, for observers that are further behind than
+    /// `recent` reaches.
+    snapshot: Option<(Provenance, Arc<[u8]>)>,
+    /// The batches applied since that snapshot, for observers.
+    recent: VecDeque<(Provenance, Arc<[u8]>)>,
+    /// Observers' fetches waiting for a commit, with their deadlines.
+    parked: Vec<(u64, Outbox, Instant)>,
+    /// This machine's registration, once it has one: it heartbeats.
+    incarnation: Option<u64>,
+    /// When the controller last heard each machine, with its incarnation.
+    heard: BTreeMap<u64, (u64, Instant)>,
+    /// Since when this machine has been the controller.
+    leader_since: Option<Instant>,
+    ticks: u64,
+    last_tick: Instant,
 }
 
 impl LoopState {
@@ -368,6 +458,7 @@ impl LoopState {
                 let commands = self.engine.step(Event::Tick);
                 self.run_commands(commands);
                 self.expire_forwarded();
+                self.on_tick(now);
                 continue;
             }
             match events.recv_timeout(next_tick - now) {
@@ -381,7 +472,13 @@ impl LoopState {
     fn handle(&mut self, event: LoopEvent) {
         let commands = match event {
             LoopEvent::Peer { from, message } => self.engine.step(Event::Message { from, message }),
-            LoopEvent::Unreachable(to) => self.engine.step(Event::Unreachable { to }),
+            LoopEvent::Unreachable(to) => {
+                // What went to a machine that cannot be reached will not be
+                // answered: its callers may try again (at the next
+                // controller) at once instead of at the timeout.
+                self.fail_forwarded(|target| target == to, None);
+                self.engine.step(Event::Unreachable { to })
+            }
             LoopEvent::Submit { decide, reply } => {
                 if !self.engine.is_leader() {
                     let leader = self.engine.leader();
@@ -390,24 +487,7 @@ impl LoopState {
                 }
                 let base = self.speculative.get_or_insert_with(|| self.committed.clone());
                 let records = decide(base);
-                if records.is_empty() {
-                    let _ = reply.send(Ok(self.committed.provenance.offset));
-                    return;
-                }
-                // Replays on the speculative image so the next decision sees
-                // it, at the index the entry will get (a machine's epoch is
-                // the index of its registration).
-                let mut delta = MetadataDelta::new(base);
-                let at = Provenance { offset: self.engine.last_index() + 1, epoch: self.engine.term() };
-                if let Some(err) = records.iter().find_map(|r| delta.replay(at, r).err()) {
-                    let _ = reply.send(Err(SubmitError::NotApplied(err.to_string())));
-                    return;
-                }
-                self.speculative = Some(delta.finish().0);
-                let token = ProposalToken(self.next_token);
-                self.next_token += 1;
-                self.waiting.insert(token, Origin::Local(reply));
-                self.engine.step(Event::Propose { token, data: encode_batch(&records) })
+                return self.propose(records, Origin::Local(reply));
             }
             LoopEvent::Request { body, reply } => {
                 if self.engine.is_leader() {
@@ -420,32 +500,37 @@ impl LoopState {
                 };
                 let id = self.next_forward;
                 self.next_forward += 1;
-                self.forwarded.insert(id, (reply, Instant::now() + FORWARD_TIMEOUT));
+                self.forwarded.insert(id, (reply, Instant::now() + FORWARD_TIMEOUT, leader));
                 let mut frame = id.to_le_bytes().to_vec();
                 frame.extend_from_slice(&body);
-                self.send_frame(leader, FRAME_REQUEST, &frame);
+                self.send_frame(leader, wire::FRAME_REQUEST, &frame);
                 return;
             }
-            LoopEvent::Forwarded { from, id, body } => {
+            LoopEvent::Forwarded { id, body, reply } => {
                 if !self.engine.is_leader() {
                     let leader = self.engine.leader().map_or(0, MachineId::get);
-                    self.send_answer(from, id, ANSWER_NOT_CONTROLLER, &leader.to_le_bytes());
+                    self.send_answer(&reply, id, wire::ANSWER_NOT_CONTROLLER, &leader.to_le_bytes());
                     return;
                 }
-                return self.decide_request(&body, |answer| Origin::Remote { machine: from, id, answer });
+                return self.decide_request(&body, |answer| Origin::Remote { reply, id, answer });
             }
             LoopEvent::Answer { id, status, body } => {
-                let Some((reply, _)) = self.forwarded.remove(&id) else { return };
-                let outcome = match status {
-                    ANSWER_OK => Ok(body),
-                    ANSWER_NOT_CONTROLLER => {
-                        let leader = body.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
-                        let leader = leader.and_then(MachineId::new);
-                        Err(SubmitError::Proposal(ProposalError::NotController { leader }))
-                    }
-                    _ => Err(SubmitError::Remote(String::from_utf8_lossy(&body).into_owned())),
-                };
-                let _ = reply.send(outcome);
+                let Some((reply, _, _)) = self.forwarded.remove(&id) else { return };
+                let _ = reply.send(answer_outcome(status, body));
+                return;
+            }
+            LoopEvent::Fetch { from, after, incarnation, reply } => {
+                self.heard_from(from, incarnation);
+                if after >= self.committed.provenance.offset {
+                    self.parked.push((after, reply, Instant::now() + FETCH_WAIT));
+                } else {
+                    self.answer_fetch(after, &reply);
+                }
+                return;
+            }
+            LoopEvent::Heartbeat { from, incarnation } => return self.heard_from(from, incarnation),
+            LoopEvent::Live { incarnation } => {
+                self.incarnation = Some(incarnation);
                 return;
             }
             LoopEvent::Stop => return,
@@ -454,7 +539,7 @@ impl LoopState {
     }
 
     fn run_commands(&mut self, commands: Vec<Command>) {
-        let mut queue = std::collections::VecDeque::from(commands);
+        let mut queue = VecDeque::from(commands);
         while let Some(command) = queue.pop_front() {
             match command {
                 Command::Send { to, message } => self.send(to, &message),
@@ -484,12 +569,20 @@ impl LoopState {
                     }
                 }
                 Command::LeaderChanged { term, leader } => {
-                    if leader != Some(self.engine.machine()) {
+                    let me = self.engine.machine();
+                    if leader != Some(me) {
                         self.speculative = None;
+                        self.leader_since = None;
+                    } else if self.leader_since.is_none() {
+                        // Every machine gets a whole lease from the
+                        // election: nobody heartbeated to this machine.
+                        self.leader_since = Some(Instant::now());
+                        self.heard.clear();
                     }
                     if let Some(leader) = leader {
-                        tracing::info!(term, controller = %leader, machine = %self.engine.machine(), "controller elected");
+                        tracing::info!(term, controller = %leader, machine = %me, "controller elected");
                     }
+                    self.fail_forwarded(|target| Some(target) != leader, leader);
                     let mut status = self.shared.status.lock().expect("not poisoned");
                     status.term = term;
                     status.leader = leader;
@@ -497,11 +590,77 @@ impl LoopState {
             }
         }
         self.snapshot_if_due();
+        self.answer_parked(false);
         let mut status = self.shared.status.lock().expect("not poisoned");
         status.commit_index = self.engine.commit_index();
         status.applied = self.committed.provenance;
         status.progress = self.engine.progress();
         status.last_index = self.engine.last_index();
+    }
+
+    /// Heartbeats, fetch deadlines and leases.
+    fn on_tick(&mut self, now: Instant) {
+        self.ticks += 1;
+        let every = (HEARTBEAT_EVERY.as_millis() as u64 / TICK_MS).max(1);
+        if let Some(incarnation) = self.incarnation {
+            match self.engine.leader() {
+                Some(leader) if leader == self.engine.machine() => self.heard_from(leader, incarnation),
+                Some(leader) if self.ticks.is_multiple_of(every) => {
+                    self.send_frame(leader, wire::FRAME_HEARTBEAT, &incarnation.to_le_bytes())
+                }
+                _ => {}
+            }
+        }
+        self.answer_parked(true);
+        // A loop that stalled (a slow disk) heard nobody meanwhile: the
+        // heartbeats wait in its queue. Nobody is fenced for that.
+        if now.duration_since(self.last_tick) > MACHINE_LEASE / 2 {
+            self.heard.clear();
+        }
+        self.last_tick = now;
+        self.expire_leases(now);
+    }
+
+    /// The controller heard from `machine` as `incarnation`: its lease is
+    /// renewed, and a machine fenced for silence is unfenced. A heartbeat
+    /// of an older incarnation (a restarted machine's) renews nothing.
+    fn heard_from(&mut self, machine: MachineId, incarnation: u64) {
+        if incarnation == 0 || !self.engine.is_leader() {
+            return;
+        }
+        let base = self.speculative.as_ref().unwrap_or(&self.committed);
+        let Some(registered) = base.machines.get(&machine).filter(|m| m.incarnation == incarnation) else { return };
+        self.heard.insert(machine.get(), (incarnation, Instant::now()));
+        if registered.fenced {
+            let record = MetadataRecord::UnfenceMachine { machine: machine.get(), machine_epoch: registered.epoch };
+            tracing::info!(%machine, "machine heard again; unfenced");
+            self.propose(vec![record], Origin::Controller);
+        }
+    }
+
+    /// Fences every unfenced machine the controller has not heard from for
+    /// `MACHINE_LEASE`. A lease starts when the controller first sees a
+    /// registration (a new incarnation), and at its election.
+    fn expire_leases(&mut self, now: Instant) {
+        if self.leader_since.is_none() || !self.engine.is_leader() {
+            return;
+        }
+        let base = self.speculative.as_ref().unwrap_or(&self.committed);
+        let mut records = Vec::new();
+        for (id, machine) in &base.machines {
+            let heard = self.heard.entry(id.get()).or_insert((machine.incarnation, now));
+            if heard.0 != machine.incarnation {
+                *heard = (machine.incarnation, now);
+            }
+            let silent = now.duration_since(heard.1);
+            if !machine.fenced && silent > MACHINE_LEASE {
+                tracing::warn!(machine = %id, silent_ms = silent.as_millis() as u64, "machine lease expired; fenced");
+                records.push(MetadataRecord::FenceMachine { machine: id.get(), machine_epoch: machine.epoch });
+            }
+        }
+        if !records.is_empty() {
+            self.propose(records, Origin::Controller);
+        }
     }
 
     /// Snapshots the committed image into the log once enough entries were
@@ -525,6 +684,10 @@ impl LoopState {
         }
         tracing::debug!(index = applied, "metadata snapshot taken");
         self.snapshot_index = applied;
+        let meta = snapshot.get_metadata();
+        let at = Provenance { offset: meta.index, epoch: meta.term };
+        self.snapshot = Some((at, Arc::from(snapshot.get_data())));
+        self.recent.retain(|(entry, _)| entry.offset > at.offset);
     }
 
     fn apply(&mut self, applied: Applied) {
@@ -539,6 +702,7 @@ impl LoopState {
                     }
                     Ok(delta.finish())
                 });
+                self.recent.push_back((at, Arc::from(data)));
                 match replayed {
                     Ok(done) => {
                         self.replayed.insert(index, Ok(()));
@@ -551,8 +715,12 @@ impl LoopState {
                     }
                 }
             }
-            Applied::Snapshot { data, .. } => match super::image::decode_snapshot(&data) {
-                Ok(image) => (image, Changes::default()),
+            Applied::Snapshot { index, term, data } => match super::image::decode_snapshot(&data) {
+                Ok(image) => {
+                    self.snapshot = Some((Provenance { offset: index, epoch: term }, Arc::from(data)));
+                    self.recent.clear();
+                    (image, Changes::default())
+                }
                 Err(err) => {
                     tracing::error!(error = %err, "a metadata snapshot does not decode; the controller stops");
                     std::process::exit(1);
@@ -569,41 +737,61 @@ impl LoopState {
             // committed (which may hold a former leader's entries).
             self.speculative = None;
         }
-        let image = Arc::new(self.committed.clone());
-        *self.shared.image.lock().expect("not poisoned") = image.clone();
-        self.shared
-            .subscribers
-            .lock()
-            .expect("not poisoned")
-            // A subscriber that is behind misses this one and reads the
-            // latest image when it catches up; only a gone one is dropped.
-            .retain(|subscriber| {
-                !matches!(
-                    subscriber.try_send((image.clone(), changes.clone())),
-                    Err(flume::TrySendError::Disconnected(_))
-                )
-            });
+        self.shared.publish(Arc::new(self.committed.clone()), changes);
+    }
+
+    /// Answers the parked fetches that something committed for, and with
+    /// `expired` also those whose wait is over.
+    fn answer_parked(&mut self, expired: bool) {
+        if self.parked.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let offset = self.committed.provenance.offset;
+        let parked = std::mem::take(&mut self.parked);
+        for (after, reply, deadline) in parked {
+            if after < offset || (expired && deadline <= now) {
+                self.answer_fetch(after, &reply);
+            } else {
+                self.parked.push((after, reply, deadline));
+            }
+        }
+    }
+
+    /// The committed batches after `after` (from the snapshot, when the
+    /// entries after `after` are compacted away), up to `FETCH_BYTES_MAX`.
+    fn answer_fetch(&self, after: u64, reply: &Outbox) {
+        let mut fetched =
+            Fetched { leader: self.engine.leader(), commit: self.committed.provenance.offset, ..Default::default() };
+        let mut from = after;
+        // `recent` holds every batch after the snapshot (or after the
+        // start of the log, when there is none).
+        if let Some((at, bytes)) = self.snapshot.as_ref().filter(|(at, _)| after < at.offset) {
+            fetched.snapshot = Some((*at, bytes.to_vec()));
+            from = at.offset;
+        }
+        let mut bytes = 0;
+        for (at, data) in self.recent.iter().filter(|(at, _)| at.offset > from) {
+            if bytes > 0 && bytes + data.len() > FETCH_BYTES_MAX {
+                break;
+            }
+            bytes += data.len();
+            fetched.entries.push((*at, data.to_vec()));
+        }
+        let _ = reply.try_send(wire::frame(self.engine.machine(), wire::FRAME_FETCHED, &fetched.encode()));
     }
 
     fn send(&self, to: MachineId, message: &Message) {
-        self.send_frame(to, FRAME_RAFT, &encode_message(message));
+        self.send_frame(to, wire::FRAME_RAFT, &encode_message(message));
     }
 
     fn send_frame(&self, to: MachineId, kind: u8, body: &[u8]) {
         let Some(queue) = self.peers.get(&to) else { return };
-        let mut frame = Vec::with_capacity(13 + body.len());
-        frame.extend_from_slice(&((9 + body.len()) as u32).to_le_bytes());
-        frame.extend_from_slice(&self.engine.machine().get().to_le_bytes());
-        frame.push(kind);
-        frame.extend_from_slice(body);
-        let _ = queue.try_send(frame);
+        let _ = queue.try_send(wire::frame(self.engine.machine(), kind, body));
     }
 
-    fn send_answer(&self, to: MachineId, id: u64, status: u8, body: &[u8]) {
-        let mut frame = id.to_le_bytes().to_vec();
-        frame.push(status);
-        frame.extend_from_slice(body);
-        self.send_frame(to, FRAME_ANSWER, &frame);
+    fn send_answer(&self, reply: &Outbox, id: u64, status: u8, body: &[u8]) {
+        let _ = reply.try_send(wire::frame(self.engine.machine(), wire::FRAME_ANSWER, &answer_body(id, status, body)));
     }
 
     /// Decides a request on the leader, proposes its records and remembers
@@ -615,19 +803,28 @@ impl LoopState {
         };
         let base = self.speculative.get_or_insert_with(|| self.committed.clone());
         let (records, answer) = decider(base, body);
+        self.propose(records, origin(answer));
+    }
+
+    /// Replays `records` on the speculative image (so the next decision
+    /// sees them) at the index their entry will get (a machine's epoch is
+    /// the index of its registration), and proposes them; `origin` hears
+    /// the outcome once they commit. Nothing to propose answers at once.
+    fn propose(&mut self, records: Vec<MetadataRecord>, origin: Origin) {
         if records.is_empty() {
             let offset = self.committed.provenance.offset;
-            return self.answer(origin(answer), Ok(offset));
+            return self.answer(origin, Ok(offset));
         }
+        let base = self.speculative.get_or_insert_with(|| self.committed.clone());
         let mut delta = MetadataDelta::new(base);
         let at = Provenance { offset: self.engine.last_index() + 1, epoch: self.engine.term() };
         if let Some(err) = records.iter().find_map(|r| delta.replay(at, r).err()) {
-            return self.answer(origin(Vec::new()), Err(SubmitError::NotApplied(err.to_string())));
+            return self.answer(origin, Err(SubmitError::NotApplied(err.to_string())));
         }
         self.speculative = Some(delta.finish().0);
         let token = ProposalToken(self.next_token);
         self.next_token += 1;
-        self.waiting.insert(token, origin(answer));
+        self.waiting.insert(token, origin);
         let commands = self.engine.step(Event::Propose { token, data: encode_batch(&records) });
         self.run_commands(commands);
     }
@@ -641,14 +838,19 @@ impl LoopState {
             Origin::LocalRequest(reply, answer) => {
                 let _ = reply.send(outcome.map(|_| answer));
             }
-            Origin::Remote { machine, id, answer } => match outcome {
-                Ok(_) => self.send_answer(machine, id, ANSWER_OK, &answer),
+            Origin::Remote { reply, id, answer } => match outcome {
+                Ok(_) => self.send_answer(&reply, id, wire::ANSWER_OK, &answer),
                 Err(SubmitError::Proposal(ProposalError::NotController { leader })) => {
                     let leader = leader.map_or(0, MachineId::get);
-                    self.send_answer(machine, id, ANSWER_NOT_CONTROLLER, &leader.to_le_bytes())
+                    self.send_answer(&reply, id, wire::ANSWER_NOT_CONTROLLER, &leader.to_le_bytes())
                 }
-                Err(err) => self.send_answer(machine, id, ANSWER_FAILED, err.to_string().as_bytes()),
+                Err(err) => self.send_answer(&reply, id, wire::ANSWER_FAILED, err.to_string().as_bytes()),
             },
+            Origin::Controller => {
+                if let Err(err) = outcome {
+                    tracing::debug!(error = %err, "a controller proposal did not commit");
+                }
+            }
         }
     }
 
@@ -656,27 +858,65 @@ impl LoopState {
     fn expire_forwarded(&mut self) {
         let now = Instant::now();
         let expired: Vec<u64> =
-            self.forwarded.iter().filter(|(_, (_, deadline))| *deadline <= now).map(|(id, _)| *id).collect();
+            self.forwarded.iter().filter(|(_, (_, deadline, _))| *deadline <= now).map(|(id, _)| *id).collect();
         for id in expired {
-            if let Some((reply, _)) = self.forwarded.remove(&id) {
+            if let Some((reply, _, _)) = self.forwarded.remove(&id) {
                 let _ = reply.send(Err(SubmitError::TimedOut));
+            }
+        }
+    }
+
+    /// Fails the forwarded requests whose target `lost` says is no longer
+    /// the controller, naming `leader` as the one to ask.
+    fn fail_forwarded(&mut self, lost: impl Fn(MachineId) -> bool, leader: Option<MachineId>) {
+        let gone: Vec<u64> = self.forwarded.iter().filter(|(_, (_, _, to))| lost(*to)).map(|(id, _)| *id).collect();
+        for id in gone {
+            if let Some((reply, _, _)) = self.forwarded.remove(&id) {
+                let _ = reply.send(Err(SubmitError::Proposal(ProposalError::NotController { leader })));
             }
         }
     }
 }
 
-fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+/// An ANSWER frame's body.
+pub(crate) fn answer_body(id: u64, status: u8, body: &[u8]) -> Vec<u8> {
+    let mut frame = id.to_le_bytes().to_vec();
+    frame.push(status);
+    frame.extend_from_slice(body);
+    frame
+}
+
+/// What an ANSWER frame's status and body mean to the requester.
+pub(crate) fn answer_outcome(status: u8, body: Vec<u8>) -> Result<Vec<u8>, SubmitError> {
+    match status {
+        wire::ANSWER_OK => Ok(body),
+        wire::ANSWER_NOT_CONTROLLER => {
+            let leader = Cursor(&body).u64().ok().and_then(MachineId::new);
+            Err(SubmitError::Proposal(ProposalError::NotController { leader }))
+        }
+        _ => Err(SubmitError::Remote(String::from_utf8_lossy(&body).into_owned())),
+    }
+}
+
+pub(crate) fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
     std::thread::Builder::new().name(name.into()).spawn(body).expect("spawn a controller thread")
 }
 
 /// Connects to `peer` and sends its queue, reconnecting after errors.
+/// What the peer sends back on the connection (answers to forwarded
+/// requests) is read by a thread of its own.
 fn write_to_peer(peer: MachineId, addr: SocketAddr, queue: flume::Receiver<Vec<u8>>, events: flume::Sender<LoopEvent>) {
+    use std::io::Write;
     let mut stream: Option<TcpStream> = None;
     while let Ok(frame) = queue.recv() {
         if stream.is_none() {
             match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
                 Ok(connected) => {
                     let _ = connected.set_nodelay(true);
+                    if let Ok(reading) = connected.try_clone() {
+                        let events = events.clone();
+                        spawn(&format!("shardlog-ctl-back-{peer}"), move || read_from_peer(reading, events, None));
+                    }
                     stream = Some(connected);
                 }
                 Err(_) => {
@@ -688,7 +928,7 @@ fn write_to_peer(peer: MachineId, addr: SocketAddr, queue: flume::Receiver<Vec<u
         }
         if let Some(connected) = &mut stream {
             if connected.write_all(&frame).is_err() {
-                let _ = connected.shutdown(Shutdown::Both);
+                let _ = connected.shutdown(std::net::Shutdown::Both);
                 stream = None;
                 let _ = events.try_send(LoopEvent::Unreachable(peer));
             }
@@ -702,56 +942,62 @@ fn accept_peers(listener: TcpListener, events: flume::Sender<LoopEvent>, stoppin
             return;
         }
         let Ok(stream) = stream else { continue };
+        let _ = stream.set_nodelay(true);
+        let Ok(writing) = stream.try_clone() else { continue };
         let events = events.clone();
-        spawn("shardlog-ctl-from", move || read_from_peer(stream, events));
+        spawn("shardlog-ctl-from", move || {
+            let reply = wire::spawn_writer(writing, "shardlog-ctl-reply");
+            read_from_peer(stream, events, Some(reply));
+        });
     }
 }
 
-/// Reads frames until the peer closes or sends a bad one.
-fn read_from_peer(mut stream: TcpStream, events: flume::Sender<LoopEvent>) {
-    let mut header = [0u8; 13];
+/// Reads frames until the peer closes or sends a bad one. Requests and
+/// fetches are answered on `reply`, this connection's way back; a
+/// connection this machine opened has none and takes only answers and
+/// Raft messages.
+fn read_from_peer(mut stream: TcpStream, events: flume::Sender<LoopEvent>, reply: Option<Outbox>) {
     loop {
-        if stream.read_exact(&mut header).is_err() {
-            return;
-        }
-        let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
-        let from = u64::from_le_bytes(header[4..12].try_into().expect("8 bytes"));
-        let kind = header[12];
-        if !(9..=FRAME_BYTES_MAX).contains(&len) {
-            tracing::warn!(len, "controller port: a frame of an impossible length; closing");
-            return;
-        }
-        let mut body = vec![0u8; len - 9];
-        if stream.read_exact(&mut body).is_err() {
-            return;
-        }
-        let Some(from) = MachineId::new(from) else {
-            tracing::warn!("controller port: a frame from machine 0; closing");
-            return;
-        };
-        let event = match kind {
-            FRAME_RAFT => match decode_message(&body) {
-                Ok(message) => LoopEvent::Peer { from, message: Box::new(message) },
-                Err(_) => {
-                    tracing::warn!(%from, "controller port: a raft message that does not decode; closing");
-                    return;
-                }
-            },
-            FRAME_REQUEST | FRAME_ANSWER if body.len() >= 8 + usize::from(kind == FRAME_ANSWER) => {
-                let id = u64::from_le_bytes(body[..8].try_into().expect("8 bytes"));
-                if kind == FRAME_REQUEST {
-                    LoopEvent::Forwarded { from, id, body: body[8..].to_vec() }
-                } else {
-                    LoopEvent::Answer { id, status: body[8], body: body[9..].to_vec() }
-                }
-            }
-            _ => {
-                tracing::warn!(%from, kind, "controller port: a frame of an unknown kind; closing");
+        let frame = match wire::read_frame(&mut stream) {
+            Ok(frame) => frame,
+            Err(wire::FrameError::Io(_)) => return,
+            Err(err) => {
+                tracing::warn!(error = %err, "controller port: closing a connection");
                 return;
             }
+        };
+        let (from, kind) = (frame.from, frame.kind);
+        let event = decode_event(frame, reply.as_ref());
+        let Some(event) = event else {
+            tracing::warn!(%from, kind, "controller port: a frame that does not decode or belong here; closing");
+            return;
         };
         if events.send(event).is_err() {
             return;
         }
     }
+}
+
+fn decode_event(frame: wire::Frame, reply: Option<&Outbox>) -> Option<LoopEvent> {
+    let from = frame.from;
+    let mut body = Cursor(&frame.body);
+    Some(match frame.kind {
+        wire::FRAME_RAFT => LoopEvent::Peer { from, message: Box::new(decode_message(&frame.body).ok()?) },
+        wire::FRAME_REQUEST => {
+            let id = body.u64().ok()?;
+            LoopEvent::Forwarded { id, body: body.rest().to_vec(), reply: reply?.clone() }
+        }
+        wire::FRAME_ANSWER => {
+            let id = body.u64().ok()?;
+            let status = body.u8().ok()?;
+            LoopEvent::Answer { id, status, body: body.rest().to_vec() }
+        }
+        wire::FRAME_FETCH => {
+            let after = body.u64().ok()?;
+            let incarnation = body.u64().ok()?;
+            LoopEvent::Fetch { from, after, incarnation, reply: reply?.clone() }
+        }
+        wire::FRAME_HEARTBEAT => LoopEvent::Heartbeat { from, incarnation: body.u64().ok()? },
+        _ => return None,
+    })
 }
