@@ -63,6 +63,15 @@ enum ClusterCommand {
         #[arg(long, env = "SHARDLOG_METRICS_PORT", default_value_t = shardlog::constants::METRICS_PORT_DEFAULT)]
         metrics_port: u16,
     },
+    /// Remove a machine that is stopped for good, named by any of its node
+    /// ids (Kafka's UnregisterBroker). Refused while it runs or still leads a
+    /// partition; its node ids are never reused.
+    Unregister {
+        /// A node id of the machine.
+        node: i32,
+        #[command(flatten)]
+        broker: BrokerArg,
+    },
 }
 
 #[derive(Subcommand)]
@@ -139,6 +148,19 @@ struct ServeArgs {
     /// [default: the kept one, or a new random id].
     #[arg(long, env = "SHARDLOG_MACHINE_ID")]
     machine_id: Option<u64>,
+    /// The controller quorum: ID@HOST:PORT,... (machine id @ its controller
+    /// address), 1, 3 or 5 voters, the same list on every machine. A machine
+    /// in the list votes; any other follows the metadata log from them
+    /// [default: this machine alone, with no controller port].
+    #[arg(long, env = "SHARDLOG_CONTROLLER_VOTERS")]
+    controller_voters: Option<String>,
+    /// TCP port this voter's controller listens on, on --host [default: the
+    /// port of this machine's entry in --controller-voters].
+    #[arg(long, env = "SHARDLOG_CONTROLLER_PORT")]
+    controller_port: Option<u16>,
+    /// This machine's rack (broker.rack): placement spreads a topic over racks.
+    #[arg(long, env = "SHARDLOG_RACK")]
+    rack: Option<String>,
     /// Create topics on first use by Metadata or Produce [default: true].
     #[arg(long, env = "SHARDLOG_AUTO_CREATE_TOPICS")]
     auto_create_topics: Option<bool>,
@@ -268,6 +290,15 @@ impl ServeArgs {
         }
         if self.machine_id.is_some() {
             config.machine_id = self.machine_id;
+        }
+        if self.controller_voters.is_some() {
+            config.controller_voters = self.controller_voters;
+        }
+        if self.controller_port.is_some() {
+            config.controller_port = self.controller_port;
+        }
+        if self.rack.is_some() {
+            config.rack = self.rack;
         }
         config.resolve().map_err(|e| e.to_string())
     }
@@ -541,6 +572,18 @@ fn cluster(command: ClusterCommand) -> Result<(), String> {
             let status = shardlog::client::status::cluster_status(&broker.brokers, metrics_port)
                 .map_err(|e| format!("{}: {e}", broker.brokers))?;
             print!("{status}");
+        }
+        ClusterCommand::Unregister { node, broker } => {
+            let mut admin = Admin::connect(&broker.brokers).map_err(|e| format!("{}: {e}", broker.brokers))?;
+            let answer = admin.unregister_broker(node).map_err(|e| format!("{}: {e}", broker.brokers))?;
+            if !answer.error.is_ok() {
+                return Err(format!(
+                    "unregister node {node}: {:?}: {}",
+                    answer.error,
+                    answer.error_message.unwrap_or_default()
+                ));
+            }
+            println!("unregistered the machine of node {node}");
         }
     }
     Ok(())

@@ -74,40 +74,106 @@ pub fn local_image(cluster: &ClusterImage, machine: MachineId) -> MetadataImage 
             broker_configs: cluster.configs.cluster.clone(),
             node_configs: cluster.configs.nodes.clone(),
         },
+        machine,
+        cluster: Arc::new(cluster.clone()),
     }
 }
 
-/// Starts this machine's metadata: creates the cluster (migrating `legacy`,
-/// a `metadata.rkyv` from before the metadata log) on first start, then
-/// registers the machine with one endpoint per core and unfences it.
-pub async fn bootstrap(
+/// How often `bootstrap` says it still waits for the controller.
+const WAITING_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+const RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Who this machine is, for its registration.
+#[derive(Debug, Clone)]
+pub struct Registration {
+    pub machine: MachineId,
+    /// One (host, port) per core.
+    pub endpoints: Vec<(String, i32)>,
+    pub first_node_id: i32,
+    pub rack: Option<String>,
+}
+
+/// Starts this machine's metadata, on the start-up thread: creates the
+/// cluster on first start (migrating `legacy`, a `metadata.rkyv` from
+/// before the metadata log, which needs a quorum of this machine alone),
+/// registers the machine with one endpoint per core, unfences it, and
+/// waits until this machine's own image shows it. Returns the machine's
+/// incarnation. Waits as long as the controller quorum has no controller,
+/// saying so every few seconds.
+pub fn bootstrap(
     handle: &ControllerHandle,
-    machine: MachineId,
-    endpoints: Vec<(String, i32)>,
-    first_node_id: i32,
+    registration: Registration,
     legacy: Option<PersistedMetadata>,
-) -> Result<(), SubmitError> {
+) -> Result<u64, SubmitError> {
+    let started = std::time::Instant::now();
+    let mut said = started;
+    let mut retry = |err: SubmitError| -> Result<(), SubmitError> {
+        if !err.is_retriable() {
+            return Err(err);
+        }
+        if said.elapsed() >= WAITING_LOG_EVERY {
+            said = std::time::Instant::now();
+            let status = handle.status();
+            tracing::info!(
+                waited_s = started.elapsed().as_secs(),
+                voters = ?status.voters.iter().map(|v| v.get()).collect::<Vec<_>>(),
+                error = %err,
+                "waiting for the controller quorum to elect a controller"
+            );
+        }
+        std::thread::sleep(RETRY_DELAY);
+        Ok(())
+    };
     let fresh = handle.image().cluster_id.is_empty();
-    if fresh {
-        let cluster_id = legacy
-            .as_ref()
-            .map(|l| l.cluster_id.clone())
-            .filter(|id| !id.is_empty())
-            .unwrap_or_else(|| format!("shardlog-{:016x}", crate::log::now_ms() ^ u64::from(std::process::id())));
-        handle.submit(Box::new(move |_| (vec![MetadataRecord::ClusterCreated { cluster_id }], ()))).await?;
-    }
+    let cluster_id = legacy
+        .as_ref()
+        .map(|l| l.cluster_id.clone())
+        .filter(|id| !id.is_empty())
+        .unwrap_or_else(|| format!("shardlog-{:016x}", crate::log::now_ms() ^ u64::from(std::process::id())));
     let incarnation = crate::log::now_ms() ^ (u64::from(std::process::id()) << 40);
+    let machine = registration.machine;
     let id = machine.get();
-    let register = Request::RegisterMachine { machine: id, incarnation, rack: None, endpoints, first_node_id };
-    for step in [register, Request::UnfenceMachine { machine: id }] {
-        if let Answer::Refused(reason) = request(handle, &step).await? {
-            return Err(SubmitError::Remote(reason));
+    let steps = [
+        Request::CreateCluster { cluster_id },
+        Request::RegisterMachine {
+            machine: id,
+            incarnation,
+            rack: registration.rack,
+            endpoints: registration.endpoints,
+            first_node_id: registration.first_node_id,
+        },
+        Request::UnfenceMachine { machine: id },
+    ];
+    for step in steps {
+        loop {
+            match futures_lite::future::block_on(request(handle, &step)) {
+                Ok(Answer::Refused(reason)) => return Err(SubmitError::Remote(reason)),
+                Ok(_) => break,
+                Err(err) => retry(err)?,
+            }
         }
     }
     if let Some(legacy) = legacy.filter(|_| fresh) {
-        handle.submit(Box::new(move |image: &ClusterImage| (migration(image, machine, &legacy), ()))).await?;
+        loop {
+            let legacy = legacy.clone();
+            let migrate = Box::new(move |image: &ClusterImage| (migration(image, machine, &legacy), ()));
+            match futures_lite::future::block_on(handle.submit(migrate)) {
+                Ok(()) => break,
+                Err(err) => retry(err)?,
+            }
+        }
     }
-    Ok(())
+    // The answers came after the controller committed; this machine's own
+    // copy of the log may still be behind.
+    loop {
+        let image = handle.image();
+        if image.machines.get(&machine).is_some_and(|m| m.incarnation == incarnation && !m.fenced) {
+            break;
+        }
+        retry(SubmitError::TimedOut)?;
+    }
+    handle.live(incarnation);
+    Ok(incarnation)
 }
 
 /// The records that rebuild a `metadata.rkyv`'s topics, configs and
@@ -190,6 +256,10 @@ pub enum AdminRequest {
 #[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub enum Request {
     Admin(AdminRequest),
+    /// The first record of a new cluster; nothing when it exists.
+    CreateCluster {
+        cluster_id: String,
+    },
     /// A machine (re)registers with one endpoint per core.
     RegisterMachine {
         machine: u64,
@@ -204,6 +274,10 @@ pub enum Request {
     },
     /// A block of producer ids for a machine.
     ProducerIds {
+        machine: u64,
+    },
+    /// An administrator removes a fenced machine that leads nothing.
+    UnregisterMachine {
         machine: u64,
     },
 }
@@ -236,6 +310,10 @@ pub fn decider(config: Arc<ServeConfig>) -> super::service::Decider {
 
 fn decide_request(image: &ClusterImage, config: &ServeConfig, request: &Request) -> (Vec<MetadataRecord>, Answer) {
     match request {
+        Request::CreateCluster { cluster_id } if image.cluster_id.is_empty() => {
+            (vec![MetadataRecord::ClusterCreated { cluster_id: cluster_id.clone() }], Answer::Done)
+        }
+        Request::CreateCluster { .. } => (Vec::new(), Answer::Done),
         Request::RegisterMachine { machine, incarnation, rack, endpoints, first_node_id } => {
             match control::register_machine(
                 image,
@@ -260,6 +338,17 @@ fn decide_request(image: &ClusterImage, config: &ServeConfig, request: &Request)
             Ok((start, records)) => (records, Answer::ProducerIds(start)),
             Err(error) => (Vec::new(), Answer::Refused(format!("no producer ids for machine {machine}: {error:?}"))),
         },
+        Request::UnregisterMachine { machine } => {
+            let serving = image.machines.iter().any(|(id, m)| id.get() == *machine && !m.fenced);
+            if serving {
+                let reason = format!("machine {machine} is serving: stop it first (it is fenced once silent)");
+                return (Vec::new(), Answer::Refused(reason));
+            }
+            match control::unregister_machine(image, *machine) {
+                Ok(records) => (records, Answer::Done),
+                Err((_, reason)) => (Vec::new(), Answer::Refused(reason)),
+            }
+        }
         Request::Admin(admin) => {
             let decision = decide(image, config, admin, crate::log::now_ms() ^ image.provenance.offset);
             let items = decision.items.into_iter().map(|i| (i.name, i.error.code(), i.message)).collect();

@@ -4,6 +4,10 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
+
+use super::ids::MachineId;
+use super::image::ClusterImage;
 
 use rkyv::{Archive, Deserialize, Serialize};
 
@@ -78,9 +82,37 @@ impl From<PersistedMetadataV1> for PersistedMetadata {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetadataImage {
     pub version: u64,
+    /// This machine's nodes, one per core, in core order.
     pub nodes: Vec<NodeInfo>,
+    /// This machine's first node (the one a shared listener advertises).
     pub controller: NodeId,
     pub durable: PersistedMetadata,
+    /// This machine.
+    pub machine: MachineId,
+    /// The whole cluster as committed: every machine's nodes and every
+    /// partition's leader (copy on write, shared by the cores).
+    pub cluster: Arc<ClusterImage>,
+}
+
+/// Where something (a partition's leader, a group's coordinator) lives,
+/// seen from this machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// A core of this machine.
+    Local(ShardId, NodeId),
+    /// A node of another machine that is serving.
+    Remote(NodeId),
+    /// Nowhere now: no leader, or its machine is fenced or gone.
+    Unavailable,
+}
+
+/// A node as clients see it in Metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServingNode {
+    pub node_id: NodeId,
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
 }
 
 impl MetadataImage {
@@ -107,6 +139,115 @@ impl MetadataImage {
         }
     }
 
+    /// Where `node` runs, and whether it serves: a fenced machine's nodes
+    /// do not.
+    pub fn placement_of(&self, node: NodeId) -> Placement {
+        let Some(placed) = self.cluster.nodes.get(&node) else {
+            // An image built without the cluster (tests): local nodes only.
+            return self.nodes.iter().find(|n| n.node_id == node).map_or(Placement::Unavailable, |n| {
+                Placement::Local(n.shard, n.node_id)
+            });
+        };
+        if placed.machine == self.machine.get() {
+            return match self.nodes.iter().find(|n| n.node_id == node) {
+                Some(local) => Placement::Local(local.shard, node),
+                None => Placement::Unavailable,
+            };
+        }
+        let serving = MachineId::new(placed.machine)
+            .and_then(|m| self.cluster.machines.get(&m))
+            .is_some_and(|m| !m.fenced);
+        if serving {
+            Placement::Remote(node)
+        } else {
+            Placement::Unavailable
+        }
+    }
+
+    /// Where a partition's leader is, with its leader epoch; `None` for a
+    /// partition that does not exist.
+    pub fn leader_of(&self, topic: &str, partition: i32) -> Option<(Placement, i32)> {
+        let local = self.partition(topic, partition)?;
+        let registered = self
+            .cluster
+            .topic_ids
+            .get(topic)
+            .and_then(|id| self.cluster.topics.get(id))
+            .and_then(|t| t.partitions.get(usize::try_from(partition).ok()?));
+        let Some(registered) = registered else {
+            // No cluster image (tests): the local placement.
+            let placement = self.node_of_shard(local.shard).map_or(Placement::Unavailable, |n| Placement::Local(local.shard, n));
+            return Some((placement, local.leader_epoch));
+        };
+        let placement = if registered.leader < 0 { Placement::Unavailable } else { self.placement_of(NodeId(registered.leader)) };
+        Some((placement, registered.leader_epoch))
+    }
+
+    /// The nodes clients may use: every node of every machine that is not
+    /// fenced (this machine's always), in node id order.
+    pub fn serving_nodes(&self) -> Vec<ServingNode> {
+        if self.cluster.nodes.is_empty() {
+            return self
+                .nodes
+                .iter()
+                .map(|n| ServingNode { node_id: n.node_id, host: n.host.clone(), port: n.port, rack: None })
+                .collect();
+        }
+        self.cluster
+            .nodes
+            .iter()
+            .filter(|(id, _)| !matches!(self.placement_of(**id), Placement::Unavailable))
+            .map(|(id, placed)| ServingNode {
+                node_id: *id,
+                host: placed.host.clone(),
+                port: placed.port,
+                rack: MachineId::new(placed.machine).and_then(|m| self.cluster.machines.get(&m)?.rack.clone()),
+            })
+            .collect()
+    }
+
+    /// The node a shared listener advertises for `node`: its machine's
+    /// first core's node.
+    pub fn machine_front(&self, node: NodeId) -> Option<NodeId> {
+        let Some(placed) = self.cluster.nodes.get(&node) else { return Some(self.controller) };
+        self.cluster
+            .nodes
+            .iter()
+            .filter(|(_, p)| p.machine == placed.machine)
+            .min_by_key(|(_, p)| p.core)
+            .map(|(id, _)| *id)
+    }
+
+    /// The coordinator of `group`: the machine that wins a rendezvous hash
+    /// of the group over every registered machine (adding a machine moves
+    /// only the groups it wins), then that machine's core
+    /// `crc32(group) % cores`, as on a single machine (so a machine alone
+    /// keeps its groups where they were).
+    pub fn group_coordinator(&self, group: &str) -> Placement {
+        let core_of = |cores: usize| (crc32fast::hash(group.as_bytes()) % cores.max(1) as u32) as u32;
+        if self.cluster.machines.is_empty() {
+            let shard = ShardId(core_of(self.nodes.len()));
+            return self.node_of_shard(shard).map_or(Placement::Unavailable, |n| Placement::Local(shard, n));
+        }
+        let winner = self
+            .cluster
+            .machines
+            .iter()
+            .max_by_key(|(id, _)| rendezvous(group, id.get()))
+            .map(|(_, m)| m.clone());
+        let Some(machine) = winner else { return Placement::Unavailable };
+        let mut cores: Vec<(u32, NodeId)> = machine
+            .nodes
+            .iter()
+            .filter_map(|n| self.cluster.nodes.get(&NodeId(*n)).map(|p| (p.core, NodeId(*n))))
+            .collect();
+        cores.sort();
+        match cores.get(core_of(cores.len()) as usize) {
+            Some((_, node)) => self.placement_of(*node),
+            None => Placement::Unavailable,
+        }
+    }
+
     /// The node a core serves as; `None` for a core this machine does not
     /// run (a partition placed there has no leader: see
     /// `controller::rehome_partitions`, which keeps that from happening).
@@ -130,6 +271,19 @@ impl MetadataImage {
         }
         counts
     }
+}
+
+/// A group's weight for a machine in the rendezvous hash: FNV-1a of the
+/// group with the machine id, mixed (stable across versions and machines).
+fn rendezvous(group: &str, machine: u64) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in group.as_bytes().iter().chain(&machine.to_le_bytes()) {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash ^= hash >> 33;
+    hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    hash ^ (hash >> 33)
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -106,6 +106,13 @@ pub struct ServeConfig {
     /// This machine's id; `None`: the one kept in the data directory, or a
     /// new one (`server::machine_id`).
     pub machine_id: Option<u64>,
+    /// The controller quorum, `ID@HOST:PORT,...`; `None`: this machine
+    /// alone (see `voters`).
+    pub controller_voters: Option<String>,
+    /// Where this voter's controller listens; defaults to its entry's port.
+    pub controller_port: Option<u16>,
+    /// This machine's rack (Kafka's `broker.rack`).
+    pub rack: Option<String>,
     pub auto_create_topics: bool,
     pub request_bytes_max: usize,
     /// Bytes of requests being read or served per core; readers wait when
@@ -149,6 +156,9 @@ impl Default for ServeConfig {
             listener: ListenerMode::PerCore,
             node_id_base: 0,
             machine_id: None,
+            controller_voters: None,
+            controller_port: None,
+            rack: None,
             auto_create_topics: true,
             request_bytes_max: constants::REQUEST_BYTES_MAX_DEFAULT,
             in_flight_bytes_max: constants::IN_FLIGHT_BYTES_MAX_DEFAULT,
@@ -264,10 +274,41 @@ impl ServeConfig {
         if let Some(id) = self.machine_id.filter(|id| *id == 0 || *id > i32::MAX as u64) {
             return invalid("machine-id", id.to_string(), "must be 1 ..= 2147483647");
         }
+        self.voters()?;
+        if let Some(rack) = self.rack.as_ref().filter(|r| r.is_empty() || r.len() > 255) {
+            return invalid("rack", rack.clone(), "must be 1 ..= 255 bytes");
+        }
         if self.node_id_base < 0 {
             return invalid("node-id-base", self.node_id_base.to_string(), "must be >= 0");
         }
         self.topic_log_config(&Default::default()).map(|_| ())
+    }
+
+    /// The controller voters, as (machine id, host:port), in the order
+    /// given; empty when this machine is a quorum of its own.
+    pub fn voters(&self) -> Result<Vec<(u64, String)>, ConfigError> {
+        let Some(list) = &self.controller_voters else { return Ok(Vec::new()) };
+        let bad = |reason| ConfigError::Invalid { name: "controller-voters", value: list.clone(), reason };
+        let mut voters: Vec<(u64, String)> = Vec::new();
+        for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let (id, address) = entry.split_once('@').ok_or_else(|| bad("each voter is ID@HOST:PORT"))?;
+            let id: u64 = id.parse().map_err(|_| bad("a voter's id is a machine id (1 ..= 2147483647)"))?;
+            if id == 0 || id > i32::MAX as u64 {
+                return Err(bad("a voter's id is a machine id (1 ..= 2147483647)"));
+            }
+            let (host, port) = address.rsplit_once(':').ok_or_else(|| bad("each voter is ID@HOST:PORT"))?;
+            if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
+                return Err(bad("each voter is ID@HOST:PORT, with a port 1 ..= 65535"));
+            }
+            if voters.iter().any(|(other, _)| *other == id) {
+                return Err(bad("a machine id is listed twice"));
+            }
+            voters.push((id, address.to_string()));
+        }
+        if ![1, 3, 5].contains(&voters.len()) {
+            return Err(bad("1, 3 or 5 voters (an even count tolerates no more failures than one fewer)"));
+        }
+        Ok(voters)
     }
 
     /// The log settings of a topic on a node: its own configs over the

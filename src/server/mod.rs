@@ -46,6 +46,8 @@ pub enum ServeError {
     MachineId(#[from] machine_id::MachineIdError),
     #[error("{0}")]
     Controller(#[from] crate::cluster::service::ServiceError),
+    #[error("controller voter {address}: {reason}")]
+    Voter { address: String, reason: String },
     #[error("starting the cluster metadata: {0}")]
     Bootstrap(crate::cluster::service::SubmitError),
 }
@@ -61,12 +63,13 @@ pub fn core_endpoints(config: &ServeConfig) -> Vec<(String, i32)> {
         .collect()
 }
 
-/// Starts this machine's controller service (a quorum of this machine
-/// alone, for now) on `data/__cluster`, migrates a `metadata.rkyv` from an
-/// older shardlog on first start, registers the machine, and returns the
-/// cores' first image.
-fn start_metadata(config: &ServeConfig, machine: MachineId) -> Result<(ControllerService, MetadataImage), ServeError> {
-    let service_config = ServiceConfig {
+/// The controller quorum as this machine runs it: the voters' resolved
+/// addresses and, on a voter, where its controller port listens. Without
+/// `--controller-voters`, this machine alone, with no port.
+fn quorum_config(config: &ServeConfig, machine: MachineId) -> Result<ServiceConfig, ServeError> {
+    use std::net::ToSocketAddrs;
+    let voters = config.voters()?;
+    let mut service = ServiceConfig {
         machine,
         voters: vec![(machine, SocketAddr::from(([127, 0, 0, 1], 0)))],
         learners: Vec::new(),
@@ -74,12 +77,53 @@ fn start_metadata(config: &ServeConfig, machine: MachineId) -> Result<(Controlle
         dir: config.data.join("__cluster"),
         snapshot_entries: crate::cluster::service::SNAPSHOT_ENTRIES_DEFAULT,
     };
+    if voters.is_empty() {
+        return Ok(service);
+    }
+    service.voters.clear();
+    for (id, address) in voters {
+        let resolved = address.to_socket_addrs().ok().and_then(|mut all| all.next());
+        let Some(resolved) = resolved else {
+            return Err(ServeError::Voter { address, reason: "does not resolve".into() });
+        };
+        let id = MachineId::new(id).expect("validated: not 0");
+        if id == machine {
+            service.listen = Some(SocketAddr::new(config.host, config.controller_port.unwrap_or(resolved.port())));
+        }
+        service.voters.push((id, resolved));
+    }
+    Ok(service)
+}
+
+/// Starts this machine's controller service on `data/__cluster` (a voter,
+/// or an observer of the voters), migrates a `metadata.rkyv` from an older
+/// shardlog on first start, registers the machine, and returns the cores'
+/// first image.
+fn start_metadata(config: &ServeConfig, machine: MachineId) -> Result<(ControllerService, MetadataImage), ServeError> {
+    let service_config = quorum_config(config, machine)?;
+    let alone = service_config.voters.len() == 1 && service_config.voters[0].0 == machine;
+    let legacy = metadata::load(&config.data)?;
+    if legacy.is_some() && !alone {
+        return Err(ServeError::Voter {
+            address: config.data.join("metadata.rkyv").display().to_string(),
+            reason: "metadata from an older shardlog is migrated by a machine that is its own quorum: \
+                     start it once without --controller-voters, then join it to the cluster"
+                .into(),
+        });
+    }
+    if service_config.listen.is_some() || !service_config.is_member() {
+        let role = if service_config.is_member() { "voter" } else { "observer" };
+        tracing::info!(machine = %machine, role, voters = ?config.voters()?, "joining the controller quorum");
+    }
     let service = ControllerService::start(service_config, Some(bridge::decider(Arc::new(config.clone()))))?;
     let handle = service.handle();
-    let legacy = metadata::load(&config.data)?;
-    let endpoints = core_endpoints(config);
-    futures_lite::future::block_on(bridge::bootstrap(&handle, machine, endpoints, config.node_id_base, legacy.clone()))
-        .map_err(ServeError::Bootstrap)?;
+    let registration = bridge::Registration {
+        machine,
+        endpoints: core_endpoints(config),
+        first_node_id: config.node_id_base,
+        rack: config.rack.clone(),
+    };
+    bridge::bootstrap(&handle, registration, legacy.clone()).map_err(ServeError::Bootstrap)?;
     if legacy.is_some() {
         metadata::retire(&config.data)?;
     }

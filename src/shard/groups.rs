@@ -3,9 +3,10 @@
 //! owes, and keeps committed offsets durable in this core's internal offsets
 //! log (`data/__groups/core-<n>/`, outside the topic namespace).
 //!
-//! Group placement: a group lives on core `crc32(group_id) % cores`. CRC-32
-//! is stable across runs and machines (unlike std's SipHash with random
-//! keys), cheap, and spreads short ids well enough for a handful of cores.
+//! Group placement: `MetadataImage::group_coordinator` (a machine by
+//! rendezvous hash, then its core `crc32(group_id) % cores`). CRC-32 is
+//! stable across runs and machines (unlike std's SipHash with random keys),
+//! cheap, and spreads short ids well enough for a handful of cores.
 //!
 //! The offsets log is compacted by snapshot: when it holds many more records
 //! than live offsets, the current offsets are appended again and the log
@@ -65,10 +66,6 @@ const OFFSETS_SEGMENT_BYTES: u64 = 16 << 20;
 /// Compact when the log holds this many more records than live offsets.
 const COMPACT_SLACK_RECORDS: i64 = 50_000;
 const TICK_INTERVAL: Duration = Duration::from_millis(100);
-
-pub fn group_shard(group_id: &str, shard_count: usize) -> u32 {
-    (crc32fast::hash(group_id.as_bytes()) % shard_count.max(1) as u32) as u32
-}
 
 pub struct GroupService {
     coordinator: RefCell<GroupCoordinator>,

@@ -936,9 +936,10 @@ impl Shard {
         Ok(())
     }
 
-    /// The core that coordinates `group_id`.
-    pub fn group_owner(&self, group_id: &str) -> ShardId {
-        ShardId(groups::group_shard(group_id, self.shard_count()))
+    /// Where `group_id`'s coordinator is (see
+    /// `MetadataImage::group_coordinator`).
+    pub fn group_owner(&self, group_id: &str) -> metadata::Placement {
+        self.image().group_coordinator(group_id)
     }
 
     /// Runs a group request on the group's core. In per-core mode a request
@@ -949,7 +950,12 @@ impl Shard {
         group_id: &str,
         request: groups::GroupRequest,
     ) -> Result<groups::GroupAnswer, ErrorCode> {
-        let owner = self.group_owner(group_id);
+        let owner = match self.group_owner(group_id) {
+            metadata::Placement::Local(owner, _) => owner,
+            // Another machine's: the client asks FindCoordinator again.
+            metadata::Placement::Remote(_) => return Err(ErrorCode::NotCoordinator),
+            metadata::Placement::Unavailable => return Err(ErrorCode::CoordinatorNotAvailable),
+        };
         if owner == self.id {
             return Ok(self.run_group_op(request).await);
         }

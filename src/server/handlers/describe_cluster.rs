@@ -3,6 +3,8 @@
 
 use std::rc::Rc;
 
+use crate::cluster::metadata::MetadataImage;
+
 use super::{respond, response, Outcome};
 use crate::protocol::describe_cluster::{
     DescribeClusterBroker, DescribeClusterRequest, DescribeClusterResponse, AUTHORIZED_OPERATIONS_OMITTED,
@@ -28,16 +30,18 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
         endpoint_type: body.endpoint_type,
         cluster_id: image.durable.cluster_id.clone(),
         controller_id: image.controller.0,
+        // Every registered node; a fenced machine's nodes say so (v2).
         brokers: image
-            .nodes
-            .iter()
+            .serving_nodes()
+            .into_iter()
             .map(|node| DescribeClusterBroker {
                 broker_id: node.node_id.0,
-                host: node.host.clone(),
+                host: node.host,
                 port: node.port,
-                rack: None,
+                rack: node.rack,
                 is_fenced: false,
             })
+            .chain(fenced_nodes(&image))
             .collect(),
         cluster_authorized_operations: if body.include_cluster_authorized_operations {
             CLUSTER_OPERATIONS_ALL
@@ -55,4 +59,23 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
     let mut w = response(request);
     answer.encode(&mut w, version);
     Ok(respond(w))
+}
+
+/// The nodes of fenced machines, which Metadata leaves out.
+fn fenced_nodes(image: &MetadataImage) -> Vec<DescribeClusterBroker> {
+    let serving: std::collections::BTreeSet<i32> = image.serving_nodes().iter().map(|n| n.node_id.0).collect();
+    image
+        .cluster
+        .nodes
+        .iter()
+        .filter(|(id, _)| !serving.contains(&id.0))
+        .map(|(id, placed)| DescribeClusterBroker {
+            broker_id: id.0,
+            host: placed.host.clone(),
+            port: placed.port,
+            rack: crate::cluster::MachineId::new(placed.machine)
+                .and_then(|m| image.cluster.machines.get(&m)?.rack.clone()),
+            is_fenced: true,
+        })
+        .collect()
 }

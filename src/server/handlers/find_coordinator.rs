@@ -1,5 +1,6 @@
-//! FindCoordinator: the node of the core a group hashes to (in shared-port
-//! mode, the single advertised node, which forwards). Transactional ids
+//! FindCoordinator: the node a group hashes to, on any machine (see
+//! `MetadataImage::group_coordinator`; in shared-port mode, that machine's
+//! advertised node, which forwards). Transactional ids
 //! have no coordinator: see `TRANSACTIONS_UNSUPPORTED`.
 
 use std::rc::Rc;
@@ -32,8 +33,9 @@ pub fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -> Deco
         answer
     } else {
         let image = shard.image();
-        let node_id = super::metadata::advertised_node(shard, &image, shard.group_owner(&body.key));
-        match node_id.and_then(|id| image.nodes.iter().find(|n| n.node_id == id)) {
+        let node_id = super::metadata::advertised(shard, &image, shard.group_owner(&body.key));
+        let serving = image.serving_nodes();
+        match node_id.and_then(|id| serving.iter().find(|n| n.node_id == id)) {
             Some(node) => FindCoordinatorResponse {
                 throttle_time_ms: 0,
                 error: ErrorCode::None,

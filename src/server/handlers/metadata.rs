@@ -5,7 +5,7 @@ use std::rc::Rc;
 
 use super::{respond, response, Outcome};
 use crate::cluster::controller::NewTopic;
-use crate::cluster::metadata::{MetadataImage, NodeId, ShardId};
+use crate::cluster::metadata::{MetadataImage, NodeId, Placement};
 use crate::config::ListenerMode;
 use crate::protocol::metadata::{MetadataBroker, MetadataPartition, MetadataRequest, MetadataResponse, MetadataTopic};
 use crate::protocol::{DecodeResult, ErrorCode, Reader, Request};
@@ -46,30 +46,29 @@ pub async fn auto_create(shard: &Rc<Shard>, names: Vec<String>) {
     }
 }
 
-/// The node clients should use for a shard; `None` when no running core
-/// is that shard.
-pub fn advertised_node(shard: &Shard, image: &MetadataImage, owner: ShardId) -> Option<NodeId> {
-    let node = image.node_of_shard(owner)?;
+/// The node clients should use to reach `placement`: itself, or in
+/// shared-port mode its machine's one advertised node.
+pub fn advertised(shard: &Shard, image: &MetadataImage, placement: Placement) -> Option<NodeId> {
+    let node = match placement {
+        Placement::Local(_, node) | Placement::Remote(node) => node,
+        Placement::Unavailable => return None,
+    };
     match shard.config.listener {
         ListenerMode::PerCore => Some(node),
-        ListenerMode::Shared => Some(image.controller),
+        ListenerMode::Shared => image.machine_front(node),
     }
 }
 
 fn build(shard: &Shard, image: &MetadataImage, names: Option<&[String]>) -> MetadataResponse {
-    let brokers = match shard.config.listener {
-        ListenerMode::PerCore => image
-            .nodes
-            .iter()
-            .map(|n| MetadataBroker { node_id: n.node_id.0, host: n.host.clone(), port: n.port, rack: None })
-            .collect(),
-        ListenerMode::Shared => image
-            .nodes
-            .iter()
-            .filter(|n| n.node_id == image.controller)
-            .map(|n| MetadataBroker { node_id: n.node_id.0, host: n.host.clone(), port: n.port, rack: None })
-            .collect(),
-    };
+    let serving = image.serving_nodes();
+    let brokers = serving
+        .iter()
+        .filter(|n| match shard.config.listener {
+            ListenerMode::PerCore => true,
+            ListenerMode::Shared => image.machine_front(n.node_id) == Some(n.node_id),
+        })
+        .map(|n| MetadataBroker { node_id: n.node_id.0, host: n.host.clone(), port: n.port, rack: n.rack.clone() })
+        .collect();
     let topic_names: Vec<String> = match names {
         Some(names) => names.to_vec(),
         None => image.durable.topics.keys().cloned().collect(),
@@ -84,12 +83,17 @@ fn build(shard: &Shard, image: &MetadataImage, names: Option<&[String]>) -> Meta
                     .partitions
                     .iter()
                     .enumerate()
-                    .map(|(index, p)| match advertised_node(shard, image, p.shard) {
+                    .map(|(index, p)| {
+                        let (placement, epoch) =
+                            image.leader_of(&name, index as i32).unwrap_or((Placement::Unavailable, p.leader_epoch));
+                        (index, epoch, advertised(shard, image, placement))
+                    })
+                    .map(|(index, leader_epoch, leader)| match leader {
                         Some(leader) => MetadataPartition {
                             error: ErrorCode::None,
                             index: index as i32,
                             leader_id: leader.0,
-                            leader_epoch: p.leader_epoch,
+                            leader_epoch,
                             replica_nodes: vec![leader.0],
                             isr_nodes: vec![leader.0],
                         },
@@ -97,7 +101,7 @@ fn build(shard: &Shard, image: &MetadataImage, names: Option<&[String]>) -> Meta
                             error: ErrorCode::LeaderNotAvailable,
                             index: index as i32,
                             leader_id: -1,
-                            leader_epoch: p.leader_epoch,
+                            leader_epoch,
                             replica_nodes: Vec::new(),
                             isr_nodes: Vec::new(),
                         },
