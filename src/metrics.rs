@@ -44,11 +44,19 @@ pub const BUCKET_BOUNDS_US: [u64; 21] = [
 /// How often the task-queue probe wakes up to measure its own lateness.
 pub const TASK_DELAY_PROBE_INTERVAL: Duration = Duration::from_millis(20);
 /// Slots for request counters, indexed by API key.
-const API_SLOTS: usize = 64;
+const API_SLOTS: usize = 72;
 
 const _: () =
     assert!(BUCKET_BOUNDS_US[BUCKET_BOUNDS_US.len() - 1] >= crate::constants::FETCH_WAIT_MS_MAX as u64 * 1000);
-const _: () = assert!((ApiKey::DescribeCluster as usize) < API_SLOTS);
+// Every API shardlog serves has a slot.
+const _: () = {
+    let apis = crate::protocol::SUPPORTED_APIS;
+    let mut at = 0;
+    while at < apis.len() {
+        assert!((apis[at].key as usize) < API_SLOTS);
+        at += 1;
+    }
+};
 
 /// A fixed-bucket latency histogram; buckets hold counts per bucket (not
 /// cumulative), the last one everything above the largest bound.
@@ -938,6 +946,7 @@ fn api_name(slot: usize) -> Option<&'static str> {
         ApiKey::DescribeLogDirs => "DescribeLogDirs",
         ApiKey::DescribeCluster => "DescribeCluster",
         ApiKey::DescribeQuorum => "DescribeQuorum",
+        ApiKey::UnregisterBroker => "UnregisterBroker",
     })
 }
 

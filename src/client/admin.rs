@@ -46,6 +46,32 @@ impl Admin {
         decode(reader, 2, DescribeQuorumResponse::decode)
     }
 
+    /// DescribeCluster v2 with fenced brokers: every registered node.
+    pub fn describe_cluster(
+        &mut self,
+    ) -> Result<crate::protocol::describe_cluster::DescribeClusterResponse, ClientError> {
+        use crate::protocol::describe_cluster::{DescribeClusterRequest, DescribeClusterResponse};
+        let request = DescribeClusterRequest {
+            include_cluster_authorized_operations: false,
+            endpoint_type: crate::protocol::describe_cluster::ENDPOINT_TYPE_BROKERS,
+            include_fenced_brokers: true,
+        };
+        let reader = self.connection.request(ApiKey::DescribeCluster, 2, |w| request.encode(w, 2))?;
+        decode(reader, 2, DescribeClusterResponse::decode)
+    }
+
+    /// UnregisterBroker v0: removes the machine `node` runs on, once it is
+    /// stopped and leads nothing.
+    pub fn unregister_broker(
+        &mut self,
+        node: i32,
+    ) -> Result<crate::protocol::unregister_broker::UnregisterBrokerResponse, ClientError> {
+        use crate::protocol::unregister_broker::{UnregisterBrokerRequest, UnregisterBrokerResponse};
+        let request = UnregisterBrokerRequest { broker_id: node };
+        let reader = self.connection.request(ApiKey::UnregisterBroker, 0, |w| request.encode(w, 0))?;
+        decode(reader, 0, UnregisterBrokerResponse::decode)
+    }
+
     pub fn create_topic(
         &mut self,
         name: &str,

@@ -61,6 +61,7 @@ pub enum ErrorCode {
     FencedInstanceId = 82,
     InvalidRecord = 87,
     UnstableOffsetCommit = 88,
+    BrokerIdNotRegistered = 102,
     MismatchedEndpointType = 114,
 }
 
@@ -134,6 +135,7 @@ pub fn from_code(code: i16) -> ErrorCode {
         FencedInstanceId,
         InvalidRecord,
         UnstableOffsetCommit,
+        BrokerIdNotRegistered,
         MismatchedEndpointType,
     ];
     ALL.iter().copied().find(|e| e.code() == code).unwrap_or(UnknownServerError)

@@ -36,6 +36,7 @@ pub mod list_groups;
 pub mod offset_commit;
 pub mod offset_fetch;
 pub mod sync_group;
+pub mod unregister_broker;
 
 pub use error::ErrorCode;
 pub use wire::{DecodeError, DecodeResult, Reader, Writer};
@@ -72,6 +73,7 @@ pub enum ApiKey {
     IncrementalAlterConfigs = 44,
     DescribeQuorum = 55,
     DescribeCluster = 60,
+    UnregisterBroker = 64,
 }
 
 /// A supported API with its version range and the first version that uses
@@ -110,6 +112,7 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     range(ApiKey::DescribeLogDirs, 1, 4, 2),
     range(ApiKey::DescribeCluster, 0, 2, 0),
     range(ApiKey::DescribeQuorum, 0, 2, 0),
+    range(ApiKey::UnregisterBroker, 0, 0, 0),
     range(ApiKey::FindCoordinator, 0, 2, 3),
     range(ApiKey::JoinGroup, 0, 5, 6),
     range(ApiKey::SyncGroup, 0, 3, 4),
@@ -154,6 +157,7 @@ impl ApiKey {
             44 => IncrementalAlterConfigs,
             55 => DescribeQuorum,
             60 => DescribeCluster,
+            64 => UnregisterBroker,
             _ => return None,
         })
     }
@@ -258,5 +262,6 @@ pub fn decode_request_body(request: &Request, reader: &mut Reader) -> DecodeResu
         ApiKey::DescribeLogDirs => describe_log_dirs::DescribeLogDirsRequest::decode(reader, version).map(drop),
         ApiKey::DescribeCluster => describe_cluster::DescribeClusterRequest::decode(reader, version).map(drop),
         ApiKey::DescribeQuorum => describe_quorum::DescribeQuorumRequest::decode(reader, version).map(drop),
+        ApiKey::UnregisterBroker => unregister_broker::UnregisterBrokerRequest::decode(reader, version).map(drop),
     }
 }
