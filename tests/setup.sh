@@ -38,6 +38,8 @@ setup_tools=(
   "losetup mount"
   "iperf3 iperf3"
   "fio fio"
+  "nft nftables"
+  "ip iproute2"
   "python3 python3"
   "node nodejs"
   "npm npm"

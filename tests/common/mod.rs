@@ -48,22 +48,35 @@ impl Broker {
     }
 
     pub fn start_with_env(cores: usize, extra: &[&str], env: &[(&str, &str)]) -> Broker {
+        let mut broker = Broker::prepare(cores, extra);
+        broker.env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        broker.spawn();
+        broker
+    }
+
+    /// A broker on free ports in a new temporary directory, not started.
+    pub fn prepare(cores: usize, extra: &[&str]) -> Broker {
         let dir = tempfile::tempdir().expect("tempdir");
         let data = dir.path().join("data");
-        let mut broker = Broker {
+        Broker {
             child: None,
             port: free_ports(cores),
             cores,
             data,
             args: extra.iter().map(|s| s.to_string()).collect(),
-            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            env: Vec::new(),
             _dir: Some(dir),
-        };
-        broker.spawn();
-        broker
+        }
     }
 
     pub fn spawn(&mut self) {
+        self.launch();
+        self.wait_ready();
+    }
+
+    /// Starts the process without waiting for it to serve (a machine of a
+    /// cluster serves only once a quorum of voters runs).
+    pub fn launch(&mut self) {
         let data_override = self.args.iter().any(|a| a == "--data");
         let child = Command::new(env!("CARGO_BIN_EXE_shardlog"))
             .arg("serve")
@@ -81,10 +94,10 @@ impl Broker {
             .spawn()
             .expect("start shardlog");
         self.child = Some(child);
-        self.wait_ready();
     }
 
-    fn wait_ready(&mut self) {
+    /// Waits until every core answers a request.
+    pub fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(20);
         let ports = if self.args.iter().any(|a| a == "shared") { 1 } else { self.cores };
         for core in 0..ports {
@@ -157,6 +170,11 @@ impl Drop for Broker {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// A connection to a Kafka port on 127.0.0.1.
+pub fn connect(port: u16) -> Connection {
+    Connection::connect(("127.0.0.1", port), Duration::from_secs(10)).expect("connect")
 }
 
 pub fn records(prefix: &str, count: usize) -> Vec<Record> {

@@ -1,0 +1,332 @@
+//! Several machines, each a real `shardlog serve` process with its own data
+//! directory, Kafka ports and controller port on 127.0.0.1 (issue 29): a
+//! topic spreads over every machine, every node names the same leaders, a
+//! partition led elsewhere answers NOT_LEADER_OR_FOLLOWER, the controller's
+//! machine dies by kill -9 and another takes over, a silent machine is
+//! fenced, a fourth machine joins, and a machine that is gone for good is
+//! unregistered. Network partitions (nftables in namespaces) are in
+//! tests/cluster_partition.rs.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{batch, connect, fetch, free_ports, produce, Broker};
+use shardlog::client::admin::Admin;
+use shardlog::protocol::metadata::MetadataResponse;
+use shardlog::protocol::ErrorCode;
+
+const CORES: usize = 2;
+
+/// Machines 1..=n; the first `voters` of them vote. Their ports are taken
+/// from one block so that machines not started yet do not collide.
+struct Cluster {
+    machines: Vec<Broker>,
+    voters: usize,
+}
+
+impl Cluster {
+    fn new(voters: usize, machines: usize) -> Cluster {
+        let per = CORES + 1;
+        let base = free_ports(machines * per);
+        let controller = |i: usize| base + (i * per + CORES) as u16;
+        let list: Vec<String> = (0..voters).map(|i| format!("{}@127.0.0.1:{}", i + 1, controller(i))).collect();
+        let list = list.join(",");
+        let machines = (0..machines)
+            .map(|i| {
+                let id = (i + 1).to_string();
+                let mut broker = Broker::prepare(CORES, &["--machine-id", &id, "--controller-voters", &list]);
+                broker.port = base + (i * per) as u16;
+                broker
+            })
+            .collect();
+        Cluster { machines, voters }
+    }
+
+    /// Starts the voters together (none serves before a quorum runs),
+    /// then waits for each.
+    fn start_voters(voters: usize, machines: usize) -> Cluster {
+        let mut cluster = Cluster::new(voters, machines);
+        for machine in &mut cluster.machines[..voters] {
+            machine.launch();
+        }
+        for machine in &mut cluster.machines[..voters] {
+            machine.wait_ready();
+        }
+        cluster
+    }
+
+    fn machine(&mut self, id: u64) -> &mut Broker {
+        &mut self.machines[id as usize - 1]
+    }
+
+    fn admin(&self, id: u64) -> Admin {
+        Admin::connect(&self.machines[id as usize - 1].bootstrap()).expect("admin")
+    }
+
+    fn metadata(&self, port: u16) -> MetadataResponse {
+        let mut admin = Admin::connect(&format!("127.0.0.1:{port}")).expect("admin");
+        admin.metadata(None).expect("metadata")
+    }
+
+    /// The machine whose Kafka ports include `port`.
+    fn machine_of_port(&self, port: u16) -> u64 {
+        let at = self.machines.iter().position(|m| (m.port..m.port + CORES as u16).contains(&port));
+        at.expect("a port of some machine") as u64 + 1
+    }
+
+    /// The controller's machine id, as the running voters see it.
+    fn controller(&mut self) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            for id in 1..=self.voters as u64 {
+                if !self.machine(id).alive() {
+                    continue;
+                }
+                let answer = self.admin(id).describe_quorum().expect("describe quorum");
+                let leader = answer.topics[0].partitions[0].leader_id;
+                if leader > 0 && self.machine(leader as u64).alive() {
+                    return leader as u64;
+                }
+            }
+            assert!(Instant::now() < deadline, "no controller within 20 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Creates `name` through machine `via`, retrying while there is no
+    /// controller; how long it took to commit.
+    fn create_topic_through(&self, via: u64, name: &str, partitions: i32) -> Duration {
+        let started = Instant::now();
+        loop {
+            let created = Admin::connect(&self.machines[via as usize - 1].bootstrap())
+                .and_then(|mut admin| admin.create_topic(name, partitions, &Default::default()));
+            match created {
+                Ok(result) if result.error.is_ok() || result.error == ErrorCode::TopicAlreadyExists => {
+                    return started.elapsed()
+                }
+                Ok(result) => assert!(
+                    matches!(result.error, ErrorCode::NotController | ErrorCode::RequestTimedOut),
+                    "creating {name}: {result:?}"
+                ),
+                Err(_) => {}
+            }
+            assert!(started.elapsed() < Duration::from_secs(30), "{name} not created within 30 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn leaders(metadata: &MetadataResponse, topic: &str) -> Vec<(i32, i32)> {
+    let topic = metadata.topics.iter().find(|t| t.name == topic).expect("topic in metadata");
+    let mut leaders: Vec<(i32, i32)> = topic.partitions.iter().map(|p| (p.index, p.leader_id)).collect();
+    leaders.sort();
+    leaders
+}
+
+fn port_of(metadata: &MetadataResponse, node: i32) -> u16 {
+    metadata.brokers.iter().find(|b| b.node_id == node).expect("leader among the brokers").port as u16
+}
+
+#[test]
+fn a_topic_created_through_any_machine_lands_on_every_machine_and_every_node_names_the_same_leaders() {
+    let cluster = Cluster::start_voters(3, 3);
+    cluster.create_topic_through(3, "spread", 12);
+    let first = cluster.metadata(cluster.machines[0].port);
+    assert_eq!(first.brokers.len(), 3 * CORES, "every node of every machine: {:?}", first.brokers);
+    let placed = leaders(&first, "spread");
+    for machine in &cluster.machines {
+        for core in 0..CORES as u16 {
+            let seen = cluster.metadata(machine.port + core);
+            assert_eq!(leaders(&seen, "spread"), placed, "node at port {} disagrees", machine.port + core);
+            assert_eq!(seen.brokers.len(), 3 * CORES);
+        }
+    }
+    let mut per_machine = [0usize; 3];
+    let mut per_node = std::collections::BTreeMap::new();
+    for (_, leader) in &placed {
+        assert!(*leader >= 0, "every partition has a leader: {placed:?}");
+        per_machine[cluster.machine_of_port(port_of(&first, *leader)) as usize - 1] += 1;
+        *per_node.entry(*leader).or_insert(0) += 1;
+    }
+    assert_eq!(per_machine, [4, 4, 4], "balanced over machines: {placed:?}");
+    assert!(per_node.values().all(|count| *count == 2), "balanced over nodes: {per_node:?}");
+
+    // Produce and Fetch go to the leader's node; another machine's node
+    // says it is not the leader.
+    for (partition, leader) in placed.iter().take(4) {
+        let leader_port = port_of(&first, *leader);
+        let leader_machine = cluster.machine_of_port(leader_port);
+        let elsewhere = cluster.machines[leader_machine as usize % 3].port;
+        let mut wrong = connect(elsewhere);
+        let refused = produce(&mut wrong, "spread", *partition, batch("x", 1), 1);
+        assert_eq!(refused.topics[0].partitions[0].error, ErrorCode::NotLeaderOrFollower);
+        let mut right = connect(leader_port);
+        let written = produce(&mut right, "spread", *partition, batch("p", 5), -1);
+        assert_eq!(written.topics[0].partitions[0].error, ErrorCode::None);
+        let read = fetch(&mut right, "spread", *partition, 0, 100, 1);
+        assert_eq!(read.topics[0].partitions[0].high_watermark, 5);
+        let fetched_elsewhere = fetch(&mut wrong, "spread", *partition, 0, 100, 1);
+        assert_eq!(fetched_elsewhere.topics[0].partitions[0].error, ErrorCode::NotLeaderOrFollower);
+    }
+}
+
+#[test]
+fn killing_the_controllers_machine_elects_another_that_commits_and_the_old_one_rejoins_as_a_follower() {
+    let trials: usize = std::env::var("SHARDLOG_FAILOVER_TRIALS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    let mut cluster = Cluster::start_voters(3, 3);
+    cluster.create_topic_through(1, "before", 3);
+    let mut times = Vec::new();
+    for trial in 0..trials {
+        let old = cluster.controller();
+        cluster.machine(old).kill();
+        let survivor = (1..=3).find(|id| *id != old).expect("a survivor");
+        let took = cluster.create_topic_through(survivor, &format!("after-{trial}"), 1);
+        let new = cluster.controller();
+        assert_ne!(new, old, "a new controller");
+        times.push(took);
+        cluster.machine(old).spawn();
+        // The old controller follows the log it missed.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let port = cluster.machine(old).port;
+        while !cluster.metadata(port).topics.iter().any(|t| t.name == format!("after-{trial}")) {
+            assert!(Instant::now() < deadline, "machine {old} did not catch up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    times.sort();
+    let ms = |d: &Duration| d.as_millis();
+    let p = |q: f64| ms(&times[((times.len() as f64 * q).ceil() as usize).clamp(1, times.len()) - 1]);
+    eprintln!(
+        "controller failover (kill -9 to the first commit through a survivor), {} trials: p50 {} ms, p99 {} ms, max {} ms",
+        times.len(),
+        p(0.5),
+        p(0.99),
+        ms(times.last().expect("a trial"))
+    );
+    assert!(*times.last().expect("a trial") < Duration::from_secs(10), "{times:?}");
+}
+
+#[test]
+fn a_fourth_machine_joins_gets_partitions_is_fenced_while_silent_and_serves_again_when_back() {
+    let mut cluster = Cluster::start_voters(3, 4);
+    cluster.machine(4).spawn();
+    let metadata = cluster.metadata(cluster.machines[0].port);
+    assert_eq!(metadata.brokers.len(), 4 * CORES, "the observer's nodes are listed");
+    cluster.create_topic_through(2, "four", 8);
+    let metadata = cluster.metadata(cluster.machines[0].port);
+    let on_fourth: Vec<i32> = leaders(&metadata, "four")
+        .into_iter()
+        .filter(|(_, leader)| cluster.machine_of_port(port_of(&metadata, *leader)) == 4)
+        .map(|(partition, _)| partition)
+        .collect();
+    assert_eq!(on_fourth.len(), 2, "the new machine gets its share of a new topic");
+    let fourth_port = cluster.machine(4).port;
+    let mut conn = connect(port_of(&metadata, leaders(&metadata, "four")[on_fourth[0] as usize].1));
+    // The new machine learns of the topic by fetching the metadata log: a
+    // moment after the controller committed it.
+    let asked = Instant::now();
+    loop {
+        let written = produce(&mut conn, "four", on_fourth[0], batch("kept", 7), -1);
+        match written.topics[0].partitions[0].error {
+            ErrorCode::None => break,
+            ErrorCode::NotLeaderOrFollower if asked.elapsed() < Duration::from_secs(5) => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            other => panic!("produce on the fourth machine: {other:?}"),
+        }
+    }
+    drop(conn);
+
+    cluster.machine(4).kill();
+    let killed = Instant::now();
+    loop {
+        let seen = cluster.metadata(cluster.machines[1].port);
+        let topic = seen.topics.iter().find(|t| t.name == "four").expect("topic");
+        let dark: Vec<_> = topic.partitions.iter().filter(|p| p.error == ErrorCode::LeaderNotAvailable).collect();
+        if dark.len() == on_fourth.len() {
+            assert!(dark.iter().all(|p| on_fourth.contains(&p.index) && p.leader_id == -1));
+            assert_eq!(seen.brokers.len(), 3 * CORES, "a fenced machine's nodes are not offered");
+            break;
+        }
+        assert!(killed.elapsed() < Duration::from_secs(10), "machine 4 not fenced within 10 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("a silent machine was fenced after {} ms", killed.elapsed().as_millis());
+
+    cluster.machine(4).spawn();
+    let back = Instant::now();
+    loop {
+        let seen = cluster.metadata(cluster.machines[2].port);
+        if leaders(&seen, "four").iter().all(|(_, leader)| *leader >= 0) {
+            break;
+        }
+        assert!(back.elapsed() < Duration::from_secs(10), "machine 4 not unfenced within 10 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let seen = cluster.metadata(cluster.machines[2].port);
+    let leader_port = port_of(&seen, leaders(&seen, "four")[on_fourth[0] as usize].1);
+    assert_eq!(cluster.machine_of_port(leader_port), 4, "the partition stays on its machine");
+    assert!((fourth_port..fourth_port + CORES as u16).contains(&leader_port));
+    let mut conn = connect(leader_port);
+    let read = fetch(&mut conn, "four", on_fourth[0], 0, 100, 1);
+    let partition = &read.topics[0].partitions[0];
+    assert_eq!(partition.error, ErrorCode::None);
+    assert_eq!(partition.high_watermark, 7, "what the machine held before it died");
+}
+
+#[test]
+fn a_machine_stopped_for_good_is_unregistered_by_an_admin_once_it_leads_nothing() {
+    let mut cluster = Cluster::start_voters(3, 4);
+    cluster.machine(4).spawn();
+    cluster.create_topic_through(1, "on-four", 8);
+    let metadata = cluster.metadata(cluster.machines[0].port);
+    let fourth: Vec<i32> = metadata
+        .brokers
+        .iter()
+        .filter(|b| cluster.machine_of_port(b.port as u16) == 4)
+        .map(|b| b.node_id)
+        .collect();
+    assert_eq!(fourth.len(), CORES);
+    let mut admin = cluster.admin(2);
+    let serving = admin.unregister_broker(fourth[1]).expect("unregister");
+    assert_eq!(serving.error, ErrorCode::InvalidRequest, "a running machine stays: {serving:?}");
+    assert!(serving.error_message.unwrap_or_default().contains("serving"));
+
+    cluster.machine(4).kill();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cluster.metadata(cluster.machines[0].port).brokers.len() != 3 * CORES {
+        assert!(Instant::now() < deadline, "machine 4 not fenced");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let leading = admin.unregister_broker(fourth[0]).expect("unregister");
+    assert_eq!(leading.error, ErrorCode::InvalidRequest, "it still leads partitions: {leading:?}");
+    assert!(leading.error_message.unwrap_or_default().contains("still leads"));
+
+    assert!(admin.delete_topic("on-four").expect("delete").error.is_ok());
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_shardlog"))
+        .args(["cluster", "unregister", &fourth[0].to_string(), "--brokers", &cluster.machines[2].bootstrap()])
+        .output()
+        .expect("run shardlog cluster unregister");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let unknown = admin.unregister_broker(fourth[0]).expect("unregister");
+    assert_eq!(unknown.error, ErrorCode::BrokerIdNotRegistered, "gone: {unknown:?}");
+
+    // Every machine forgets it, and new partitions never land there.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for machine in 1..=3u64 {
+        let port = cluster.machine(machine).port;
+        loop {
+            let mut admin = Admin::connect(&format!("127.0.0.1:{port}")).expect("admin");
+            let described = admin.describe_cluster().expect("describe cluster");
+            if !described.brokers.iter().any(|b| fourth.contains(&b.broker_id)) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "machine {machine} still lists machine 4");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    cluster.create_topic_through(3, "after", 6);
+    let metadata = cluster.metadata(cluster.machines[0].port);
+    assert!(leaders(&metadata, "after").iter().all(|(_, leader)| !fourth.contains(leader) && *leader >= 0));
+}
