@@ -161,6 +161,16 @@ struct ServeArgs {
     /// This machine's rack (broker.rack): placement spreads a topic over racks.
     #[arg(long, env = "SHARDLOG_RACK")]
     rack: Option<String>,
+    /// UDP port of this machine's SWIM gossip, on --host: machines spread who
+    /// is alive, and the controller fences a machine gossip declares down
+    /// without waiting out its lease [default: no gossip].
+    #[arg(long, env = "SHARDLOG_GOSSIP_PORT")]
+    gossip_port: Option<u16>,
+    /// Gossip addresses of machines to join through, HOST:PORT,...; one is
+    /// enough. Without --controller-voters, the voters are learned from
+    /// gossip and this machine follows them.
+    #[arg(long, env = "SHARDLOG_SEEDS")]
+    seeds: Option<String>,
     /// Create topics on first use by Metadata or Produce [default: true].
     #[arg(long, env = "SHARDLOG_AUTO_CREATE_TOPICS")]
     auto_create_topics: Option<bool>,
@@ -299,6 +309,12 @@ impl ServeArgs {
         }
         if self.rack.is_some() {
             config.rack = self.rack;
+        }
+        if self.gossip_port.is_some() {
+            config.gossip_port = self.gossip_port;
+        }
+        if self.seeds.is_some() {
+            config.seeds = self.seeds;
         }
         config.resolve().map_err(|e| e.to_string())
     }

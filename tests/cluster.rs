@@ -18,6 +18,14 @@ use shardlog::protocol::ErrorCode;
 
 const CORES: usize = 2;
 
+/// One cluster at a time: a killed machine's ports are free until it
+/// restarts, and another test's cluster must not take them meanwhile.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Machines 1..=n; the first `voters` of them vote. Their ports are taken
 /// from one block so that machines not started yet do not collide.
 struct Cluster {
@@ -27,6 +35,13 @@ struct Cluster {
 
 impl Cluster {
     fn new(voters: usize, machines: usize) -> Cluster {
+        Cluster::build(voters, machines, false)
+    }
+
+    /// Every machine gossips on the UDP port numbered like its controller
+    /// port. Machines past the voters get no voter list: only machine 1's
+    /// gossip address as a seed.
+    fn build(voters: usize, machines: usize, gossip: bool) -> Cluster {
         let per = CORES + 1;
         let base = free_ports(machines * per);
         let controller = |i: usize| base + (i * per + CORES) as u16;
@@ -35,7 +50,16 @@ impl Cluster {
         let machines = (0..machines)
             .map(|i| {
                 let id = (i + 1).to_string();
-                let mut broker = Broker::prepare(CORES, &["--machine-id", &id, "--controller-voters", &list]);
+                let gossip_port = controller(i).to_string();
+                let seed = format!("127.0.0.1:{}", controller(0));
+                let mut args = vec!["--machine-id", &id];
+                if !gossip || i < voters {
+                    args.extend(["--controller-voters", &list]);
+                }
+                if gossip {
+                    args.extend(["--gossip-port", &gossip_port, "--seeds", &seed]);
+                }
+                let mut broker = Broker::prepare(CORES, &args);
                 broker.port = base + (i * per) as u16;
                 broker
             })
@@ -46,7 +70,11 @@ impl Cluster {
     /// Starts the voters together (none serves before a quorum runs),
     /// then waits for each.
     fn start_voters(voters: usize, machines: usize) -> Cluster {
-        let mut cluster = Cluster::new(voters, machines);
+        Cluster::start(Cluster::new(voters, machines))
+    }
+
+    fn start(mut cluster: Cluster) -> Cluster {
+        let voters = cluster.voters;
         for machine in &mut cluster.machines[..voters] {
             machine.launch();
         }
@@ -130,6 +158,7 @@ fn port_of(metadata: &MetadataResponse, node: i32) -> u16 {
 
 #[test]
 fn a_topic_created_through_any_machine_lands_on_every_machine_and_every_node_names_the_same_leaders() {
+    let _serial = serial();
     let cluster = Cluster::start_voters(3, 3);
     cluster.create_topic_through(3, "spread", 12);
     let first = cluster.metadata(cluster.machines[0].port);
@@ -173,6 +202,7 @@ fn a_topic_created_through_any_machine_lands_on_every_machine_and_every_node_nam
 
 #[test]
 fn killing_the_controllers_machine_elects_another_that_commits_and_the_old_one_rejoins_as_a_follower() {
+    let _serial = serial();
     let trials: usize = std::env::var("SHARDLOG_FAILOVER_TRIALS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
     let mut cluster = Cluster::start_voters(3, 3);
     cluster.create_topic_through(1, "before", 3);
@@ -209,6 +239,7 @@ fn killing_the_controllers_machine_elects_another_that_commits_and_the_old_one_r
 
 #[test]
 fn a_fourth_machine_joins_gets_partitions_is_fenced_while_silent_and_serves_again_when_back() {
+    let _serial = serial();
     let mut cluster = Cluster::start_voters(3, 4);
     cluster.machine(4).spawn();
     let metadata = cluster.metadata(cluster.machines[0].port);
@@ -277,6 +308,7 @@ fn a_fourth_machine_joins_gets_partitions_is_fenced_while_silent_and_serves_agai
 
 #[test]
 fn a_machine_stopped_for_good_is_unregistered_by_an_admin_once_it_leads_nothing() {
+    let _serial = serial();
     let mut cluster = Cluster::start_voters(3, 4);
     cluster.machine(4).spawn();
     cluster.create_topic_through(1, "on-four", 8);
@@ -329,4 +361,35 @@ fn a_machine_stopped_for_good_is_unregistered_by_an_admin_once_it_leads_nothing(
     cluster.create_topic_through(3, "after", 6);
     let metadata = cluster.metadata(cluster.machines[0].port);
     assert!(leaders(&metadata, "after").iter().all(|(_, leader)| !fourth.contains(leader) && *leader >= 0));
+}
+
+#[test]
+fn a_machine_that_knows_only_one_gossip_seed_finds_the_voters_joins_and_is_fenced_when_it_dies() {
+    let _serial = serial();
+    let mut cluster = Cluster::start(Cluster::build(3, 4, true));
+    // Machine 4 has no voter list: gossip names the voters.
+    cluster.machine(4).spawn();
+    let metadata = cluster.metadata(cluster.machines[3].port);
+    assert_eq!(metadata.brokers.len(), 4 * CORES, "machine 4 follows the metadata log: {:?}", metadata.brokers);
+    cluster.create_topic_through(4, "gossiped", 8);
+    let metadata = cluster.metadata(cluster.machines[0].port);
+    let on_fourth = leaders(&metadata, "gossiped")
+        .into_iter()
+        .filter(|(_, leader)| cluster.machine_of_port(port_of(&metadata, *leader)) == 4)
+        .count();
+    assert_eq!(on_fourth, 2, "machine 4 gets its share");
+
+    cluster.machine(4).kill();
+    let killed = Instant::now();
+    while cluster.metadata(cluster.machines[1].port).brokers.len() != 3 * CORES {
+        assert!(killed.elapsed() < Duration::from_secs(10), "machine 4 not fenced within 10 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("with gossip, a killed machine was fenced after {} ms", killed.elapsed().as_millis());
+    cluster.machine(4).spawn();
+    let back = Instant::now();
+    while cluster.metadata(cluster.machines[1].port).brokers.len() != 4 * CORES {
+        assert!(back.elapsed() < Duration::from_secs(10), "machine 4 not back within 10 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -11,6 +11,7 @@
 
 pub mod bridge;
 pub mod control;
+pub mod gossip;
 pub mod controller;
 pub mod ids;
 pub mod image;

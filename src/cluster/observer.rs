@@ -114,6 +114,7 @@ fn request_loop(voters: Arc<Voters>, events: flume::Receiver<LoopEvent>) {
             }
             LoopEvent::Live { incarnation } => voters.incarnation.store(incarnation, Ordering::Relaxed),
             LoopEvent::Stop => return,
+            // Only the controller fences.
             _ => {}
         }
     }

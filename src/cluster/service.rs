@@ -240,6 +240,8 @@ pub(crate) enum LoopEvent {
     Heartbeat { from: MachineId, incarnation: u64 },
     /// This machine registered with `incarnation`: heartbeat from now on.
     Live { incarnation: u64 },
+    /// Gossip declared this machine down.
+    Suspect(MachineId),
     Stop,
 }
 
@@ -393,6 +395,12 @@ impl ControllerHandle {
         let _ = self.events.send(LoopEvent::Live { incarnation });
     }
 
+    /// Gossip declared `machine` down: the controller fences it now unless
+    /// it heard from it within two heartbeats (see `gossip`).
+    pub fn suspect(&self, machine: MachineId) {
+        let _ = self.events.send(LoopEvent::Suspect(machine));
+    }
+
     /// The last committed image.
     pub fn image(&self) -> Arc<ClusterImage> {
         self.shared.image.lock().expect("not poisoned").clone()
@@ -533,6 +541,7 @@ impl LoopState {
                 self.incarnation = Some(incarnation);
                 return;
             }
+            LoopEvent::Suspect(machine) => return self.suspected(machine),
             LoopEvent::Stop => return,
         };
         self.run_commands(commands);
@@ -636,6 +645,27 @@ impl LoopState {
             tracing::info!(%machine, "machine heard again; unfenced");
             self.propose(vec![record], Origin::Controller);
         }
+    }
+
+    /// Gossip says `machine` is down: fence it without waiting out its
+    /// lease, unless its heartbeat came within two periods (gossip is a
+    /// hint; the heartbeat is the machine itself).
+    fn suspected(&mut self, machine: MachineId) {
+        if !self.engine.is_leader() || machine == self.engine.machine() {
+            return;
+        }
+        let base = self.speculative.as_ref().unwrap_or(&self.committed);
+        let Some(registered) = base.machines.get(&machine).filter(|m| !m.fenced) else { return };
+        let recent = self
+            .heard
+            .get(&machine.get())
+            .is_some_and(|(incarnation, at)| *incarnation == registered.incarnation && at.elapsed() < HEARTBEAT_EVERY * 2);
+        if recent {
+            return;
+        }
+        tracing::warn!(%machine, "gossip declared the machine down; fenced before its lease ran out");
+        let record = MetadataRecord::FenceMachine { machine: machine.get(), machine_epoch: registered.epoch };
+        self.propose(vec![record], Origin::Controller);
     }
 
     /// Fences every unfenced machine the controller has not heard from for

@@ -113,6 +113,10 @@ pub struct ServeConfig {
     pub controller_port: Option<u16>,
     /// This machine's rack (Kafka's `broker.rack`).
     pub rack: Option<String>,
+    /// UDP port of this machine's SWIM gossip; `None`: no gossip.
+    pub gossip_port: Option<u16>,
+    /// Gossip addresses (`host:port,...`) of machines to join through.
+    pub seeds: Option<String>,
     pub auto_create_topics: bool,
     pub request_bytes_max: usize,
     /// Bytes of requests being read or served per core; readers wait when
@@ -159,6 +163,8 @@ impl Default for ServeConfig {
             controller_voters: None,
             controller_port: None,
             rack: None,
+            gossip_port: None,
+            seeds: None,
             auto_create_topics: true,
             request_bytes_max: constants::REQUEST_BYTES_MAX_DEFAULT,
             in_flight_bytes_max: constants::IN_FLIGHT_BYTES_MAX_DEFAULT,
@@ -275,6 +281,9 @@ impl ServeConfig {
             return invalid("machine-id", id.to_string(), "must be 1 ..= 2147483647");
         }
         self.voters()?;
+        if self.seeds.as_ref().is_some_and(|s| !s.trim().is_empty()) && self.gossip_port.is_none() {
+            return invalid("seeds", self.seeds.clone().unwrap_or_default(), "gossip needs --gossip-port too");
+        }
         if let Some(rack) = self.rack.as_ref().filter(|r| r.is_empty() || r.len() > 255) {
             return invalid("rack", rack.clone(), "must be 1 ..= 255 bytes");
         }
@@ -309,6 +318,11 @@ impl ServeConfig {
             return Err(bad("1, 3 or 5 voters (an even count tolerates no more failures than one fewer)"));
         }
         Ok(voters)
+    }
+
+    /// The gossip seeds, `host:port` each.
+    pub fn seed_list(&self) -> Vec<String> {
+        self.seeds.iter().flat_map(|s| s.split(',')).map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
     }
 
     /// The log settings of a topic on a node: its own configs over the

@@ -19,6 +19,7 @@ use std::time::Duration;
 use glommio::{LocalExecutorBuilder, Placement};
 
 use crate::cluster::bridge;
+use crate::cluster::gossip::{Gossip, GossipConfig, Peer};
 use crate::cluster::metadata::{self, MetadataImage, ShardId};
 use crate::cluster::service::{ControllerHandle, ControllerService, ServiceConfig};
 use crate::cluster::MachineId;
@@ -46,6 +47,8 @@ pub enum ServeError {
     MachineId(#[from] machine_id::MachineIdError),
     #[error("{0}")]
     Controller(#[from] crate::cluster::service::ServiceError),
+    #[error("gossip port {addr}: {source}")]
+    Gossip { addr: SocketAddr, source: std::io::Error },
     #[error("controller voter {address}: {reason}")]
     Voter { address: String, reason: String },
     #[error("starting the cluster metadata: {0}")]
@@ -66,9 +69,12 @@ pub fn core_endpoints(config: &ServeConfig) -> Vec<(String, i32)> {
 /// The controller quorum as this machine runs it: the voters' resolved
 /// addresses and, on a voter, where its controller port listens. Without
 /// `--controller-voters`, this machine alone, with no port.
-fn quorum_config(config: &ServeConfig, machine: MachineId) -> Result<ServiceConfig, ServeError> {
+fn quorum_config(config: &ServeConfig, machine: MachineId, gossip: Option<&Gossip>) -> Result<ServiceConfig, ServeError> {
     use std::net::ToSocketAddrs;
-    let voters = config.voters()?;
+    let mut voters = config.voters()?;
+    if let Some(gossip) = gossip.filter(|_| voters.is_empty() && !config.seed_list().is_empty()) {
+        voters = voters_from_gossip(gossip);
+    }
     let mut service = ServiceConfig {
         machine,
         voters: vec![(machine, SocketAddr::from(([127, 0, 0, 1], 0)))],
@@ -95,12 +101,86 @@ fn quorum_config(config: &ServeConfig, machine: MachineId) -> Result<ServiceConf
     Ok(service)
 }
 
+/// The voters as gossip names them (each voter says where its controller
+/// listens); waits until it names one, saying so every few seconds.
+fn voters_from_gossip(gossip: &Gossip) -> Vec<(u64, String)> {
+    let started = std::time::Instant::now();
+    let mut said = started;
+    loop {
+        let members = gossip.members();
+        let voters: Vec<(u64, String)> =
+            members.up.values().filter_map(|p| Some((p.machine, p.controller.clone()?))).collect();
+        if !voters.is_empty() {
+            tracing::info!(?voters, "controller voters learned from gossip");
+            return voters;
+        }
+        if said.elapsed() >= Duration::from_secs(5) {
+            said = std::time::Instant::now();
+            tracing::info!(waited_s = started.elapsed().as_secs(), "waiting for gossip to name a controller voter");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Starts this machine's gossip when it has a gossip port: it tells the
+/// others its Kafka address, cores, rack and (on a voter) controller
+/// address.
+fn start_gossip(config: &ServeConfig, machine: MachineId) -> Result<Option<Gossip>, ServeError> {
+    use std::net::ToSocketAddrs;
+    let Some(port) = config.gossip_port else { return Ok(None) };
+    let bind = SocketAddr::new(config.host, port);
+    let advertised = if config.host.is_unspecified() {
+        (config.advertised_host(), port).to_socket_addrs().ok().and_then(|mut all| all.next()).unwrap_or(bind)
+    } else {
+        bind
+    };
+    let voters = config.voters()?;
+    let controller = voters
+        .iter()
+        .find(|(id, _)| *id == machine.get())
+        .map(|(_, address)| {
+            let port = config.controller_port.or_else(|| address.rsplit_once(':')?.1.parse().ok()).unwrap_or(0);
+            format!("{}:{port}", config.advertised_host())
+        });
+    let generation =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let me = Peer {
+        machine: machine.get(),
+        gossip: advertised,
+        generation,
+        kafka_host: config.advertised_host(),
+        kafka_port: config.port,
+        cores: config.core_count() as u16,
+        rack: config.rack.clone(),
+        controller,
+    };
+    let gossip = Gossip::start(GossipConfig { me, bind, seeds: config.seed_list() })
+        .map_err(|source| ServeError::Gossip { addr: bind, source })?;
+    tracing::info!(address = %gossip.local_addr(), seeds = ?config.seed_list(), "gossip listening");
+    Ok(Some(gossip))
+}
+
+/// Hands gossip's "machine down" to the controller service, which fences
+/// it at once when it leads and has not heard the machine just now.
+fn forward_suspicions(gossip: &Gossip, handle: ControllerHandle) {
+    let downs = gossip.downs();
+    let _ = std::thread::Builder::new().name("shardlog-gossip-suspect".into()).spawn(move || {
+        while let Ok(machine) = downs.recv() {
+            handle.suspect(machine);
+        }
+    });
+}
+
 /// Starts this machine's controller service on `data/__cluster` (a voter,
 /// or an observer of the voters), migrates a `metadata.rkyv` from an older
 /// shardlog on first start, registers the machine, and returns the cores'
 /// first image.
-fn start_metadata(config: &ServeConfig, machine: MachineId) -> Result<(ControllerService, MetadataImage), ServeError> {
-    let service_config = quorum_config(config, machine)?;
+fn start_metadata(
+    config: &ServeConfig,
+    machine: MachineId,
+    gossip: Option<&Gossip>,
+) -> Result<(ControllerService, MetadataImage), ServeError> {
+    let service_config = quorum_config(config, machine, gossip)?;
     let alone = service_config.voters.len() == 1 && service_config.voters[0].0 == machine;
     let legacy = metadata::load(&config.data)?;
     if legacy.is_some() && !alone {
@@ -117,6 +197,9 @@ fn start_metadata(config: &ServeConfig, machine: MachineId) -> Result<(Controlle
     }
     let service = ControllerService::start(service_config, Some(bridge::decider(Arc::new(config.clone()))))?;
     let handle = service.handle();
+    if let Some(gossip) = gossip {
+        forward_suspicions(gossip, handle.clone());
+    }
     let registration = bridge::Registration {
         machine,
         endpoints: core_endpoints(config),
@@ -147,7 +230,8 @@ pub fn serve(config: ServeConfig) -> Result<(), ServeError> {
     let _data_lock = data_lock::DataDirLock::acquire(&config.data)?;
     core_count::check_group_offsets(&config.data, config.core_count())?;
     let machine = machine_id::load_or_create(&config.data, config.machine_id)?;
-    let (controller, image) = start_metadata(&config, machine)?;
+    let gossip = start_gossip(&config, machine)?;
+    let (controller, image) = start_metadata(&config, machine, gossip.as_ref())?;
     let image = Arc::new(image);
     let config = Arc::new(config);
     let cores = config.core_count();
@@ -205,6 +289,7 @@ pub fn serve(config: ServeConfig) -> Result<(), ServeError> {
         let _ = handle.join();
     }
     drop(controller);
+    drop(gossip);
     tracing::info!("stopped");
     Ok(())
 }
