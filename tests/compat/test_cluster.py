@@ -1,0 +1,155 @@
+"""Real clients against a cluster of three shardlog machines (issue 29).
+
+Three `shardlog serve` processes on 127.0.0.1, 2 cores each, all voters of
+the controller quorum (`--controller-voters`). A topic created through one
+machine spreads over all three; kcat, confluent-kafka, kafka-python and
+kafkajs each produce through a different machine's bootstrap and read
+through another, following partition leaders across machines. A consumer
+group whose members bootstrap from different machines (one client kind per
+group: kafkajs' assignor and librdkafka's do not mix, as on Kafka) finds
+one coordinator, balances, and consumes everything once.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import shutil
+import subprocess
+from collections import Counter
+
+import pytest
+
+from conftest import (Broker, _require_binary, ck_read_topic, make_records, pick_ports,
+                      unique_topic)
+from groups_common import (CLIENTS, GROUP_BROKER_ARGS, Member, assert_exclusive_ownership,
+                           cleanup_members, describe_group, kafkajs_problem,
+                           produce_values, wait_all_consumed, wait_balanced)
+from test_kafkajs import js_produce
+
+KCAT = shutil.which("kcat")
+MACHINES = 3
+CORES = 2
+PARTITIONS = 6
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """Three machines started together (none serves before a quorum of
+    voters runs); each must exit 0 on SIGTERM at teardown."""
+    _require_binary()
+    per = CORES + 1
+    base = pick_ports(MACHINES * per)
+    voters = ",".join(f"{i + 1}@127.0.0.1:{base + i * per + CORES}" for i in range(MACHINES))
+    machines = []
+    for i in range(MACHINES):
+        data = tmp_path / f"m{i + 1}" / "data"
+        data.mkdir(parents=True)
+        machines.append(Broker(listener="per-core", cores=CORES, data_dir=data,
+                               log_path=tmp_path / f"m{i + 1}" / "broker.log", port=base + i * per,
+                               extra_args=["--machine-id", str(i + 1), "--controller-voters", voters,
+                                           *GROUP_BROKER_ARGS]))
+    with concurrent.futures.ThreadPoolExecutor(MACHINES) as pool:
+        for started in [pool.submit(m.start, 60.0) for m in machines]:
+            started.result()
+    yield machines
+    for m in machines:
+        if m.running():
+            assert m.stop() == 0, m.log_tail()
+
+
+def machine_of_port(machines, port):
+    for i, m in enumerate(machines):
+        if port in m.ports:
+            return i + 1
+    raise AssertionError(f"port {port} is no machine's")
+
+
+def test_four_clients_produce_through_one_machine_and_read_everything_through_another(cluster, ck_consumer,
+                                                                                     kp_consumer, tmp_path):
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+    from kafka import KafkaProducer, TopicPartition
+
+    m1, m2, m3 = cluster
+    topic = m3.create_topic(unique_topic("across"), partitions=PARTITIONS)
+
+    # Every machine names every node and the same leaders, spread over all three.
+    views = []
+    for m in cluster:
+        md = AdminClient({"bootstrap.servers": m.bootstrap}).list_topics(topic, timeout=10)
+        assert len(md.brokers) == MACHINES * CORES, md.brokers
+        ports = {b.id: b.port for b in md.brokers.values()}
+        views.append({p.id: ports[p.leader] for p in md.topics[topic].partitions.values()})
+    assert views[0] == views[1] == views[2]
+    assert Counter(machine_of_port(cluster, port) for port in views[0].values()) == {1: 2, 2: 2, 3: 2}
+
+    records = make_records(4000, seed=29, text_only=True)
+    quarters = [records[i::4] for i in range(4)]
+
+    # confluent-kafka through machine 1.
+    p = Producer({"bootstrap.servers": m1.bootstrap, "acks": "all", "linger.ms": 5})
+    for r in quarters[0]:
+        p.produce(topic, key=r.key, value=r.value, headers=list(r.headers))
+    assert p.flush(60) == 0
+
+    # kafka-python through machine 2.
+    kp = KafkaProducer(bootstrap_servers=m2.bootstrap, acks="all")
+    for r in quarters[1]:
+        kp.send(topic, key=r.key, value=r.value, headers=list(r.headers))
+    kp.flush(60)
+    kp.close()
+
+    # kcat through machine 3 (key and value as text lines).
+    assert KCAT, "kcat is not installed"
+    lines = "".join(f"{r.key.decode()}\t{r.value.decode()}\n" for r in quarters[2])
+    res = subprocess.run([KCAT, "-P", "-b", m3.bootstrap, "-t", topic, "-K", "\t", "-X", "acks=all"],
+                         input=lines, text=True, capture_output=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+
+    # kafkajs through machine 1 and 3.
+    js_produce(tmp_path, m1, topic, quarters[3], acks=-1)
+
+    expected = Counter((r.key, r.value) for r in records)
+    consumed = ck_read_topic(ck_consumer, m2, topic, len(records), partitions=PARTITIONS)
+    assert Counter((c.key, c.value) for c in consumed) == expected
+
+    kc = kp_consumer(m3, assign=[TopicPartition(topic, i) for i in range(PARTITIONS)])
+    got = Counter()
+    for _ in range(200):
+        for batch in kc.poll(timeout_ms=500).values():
+            got.update((m.key, m.value) for m in batch)
+        if sum(got.values()) >= len(records):
+            break
+    assert got == expected
+
+    res = subprocess.run([KCAT, "-C", "-b", m1.bootstrap, "-t", topic, "-e", "-q", "-f", "%k\t%s\n"],
+                         capture_output=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert len(res.stdout.splitlines()) == len(records)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_group_whose_members_bootstrap_from_different_machines_shares_the_topic_and_consumes_it_once(
+        cluster, tmp_path, client):
+    if client == "kafkajs" and kafkajs_problem():
+        pytest.fail(kafkajs_problem(), pytrace=False)
+    m1, m2, m3 = cluster
+    partitions = 12
+    topic = m1.create_topic(unique_topic("grp-cluster"), partitions=partitions)
+    group = unique_topic("g-cluster")
+    produced = produce_values(m2.bootstrap, topic, partitions, 600)
+    members = []
+    try:
+        for i, machine in enumerate(cluster):
+            members.append(Member(client, machine.bootstrap, group, [topic], f"m{i + 1}", tmp_path))
+        wait_balanced(members, {(topic, p) for p in range(partitions)}, timeout=60, what="over three machines")
+        assert sorted(len(m.assigned) for m in members) == [4, 4, 4]
+        consumed = wait_all_consumed(members, produced, timeout=60, what="over three machines")
+        assert set(consumed) == set(produced)
+        assert_exclusive_ownership(members)
+        # Every machine points at the same coordinator, which knows the group.
+        for machine in cluster:
+            state, described = describe_group(machine.bootstrap, group)
+            assert state == "STABLE" and len(described) == 3, (machine.bootstrap, state, described)
+    finally:
+        cleanup_members(members)
