@@ -1007,6 +1007,21 @@ pub struct Status {
     pub disk_total_bytes: Option<u64>,
     /// One entry per core that answered, in core order.
     pub nodes: Vec<CoreStatus>,
+    /// Every machine of the cluster as this machine's metadata has it.
+    #[serde(default)]
+    pub machines: Vec<MachineStatus>,
+}
+
+/// A machine of the cluster: its id, rack, whether the controller fenced
+/// it, and its nodes in core order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MachineStatus {
+    pub machine: u64,
+    pub rack: Option<String>,
+    pub fenced: bool,
+    pub nodes: Vec<i32>,
+    /// The machine that answered.
+    pub this: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -1039,6 +1054,7 @@ pub fn status(snapshots: &[CoreSnapshot], context: &ScrapeContext, data_dir: &st
                 groups: s.groups.groups,
             })
             .collect(),
+        machines: Vec::new(),
     }
 }
 

@@ -313,12 +313,8 @@ fn a_machine_stopped_for_good_is_unregistered_by_an_admin_once_it_leads_nothing(
     cluster.machine(4).spawn();
     cluster.create_topic_through(1, "on-four", 8);
     let metadata = cluster.metadata(cluster.machines[0].port);
-    let fourth: Vec<i32> = metadata
-        .brokers
-        .iter()
-        .filter(|b| cluster.machine_of_port(b.port as u16) == 4)
-        .map(|b| b.node_id)
-        .collect();
+    let fourth: Vec<i32> =
+        metadata.brokers.iter().filter(|b| cluster.machine_of_port(b.port as u16) == 4).map(|b| b.node_id).collect();
     assert_eq!(fourth.len(), CORES);
     let mut admin = cluster.admin(2);
     let serving = admin.unregister_broker(fourth[1]).expect("unregister");

@@ -90,8 +90,7 @@ impl Net {
     }
 
     fn start(&mut self, machine: usize) {
-        let voters: Vec<String> =
-            (1..=MACHINES).map(|m| format!("{m}@{}:{CONTROLLER_PORT}", address(m))).collect();
+        let voters: Vec<String> = (1..=MACHINES).map(|m| format!("{m}@{}:{CONTROLLER_PORT}", address(m))).collect();
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path(machine)).expect("log");
         let child = Command::new("ip")
             .args(["netns", "exec", &self.ns(machine), env!("CARGO_BIN_EXE_shardlog"), "serve"])
@@ -195,12 +194,7 @@ fn committed_log(cluster_dir: &Path) -> BTreeMap<u64, (u64, Vec<u8>)> {
     let log = RaftLog::open(cluster_dir).expect("open the metadata log");
     let durable = log.durable();
     let commit = durable.hard_state.commit;
-    durable
-        .entries
-        .iter()
-        .filter(|e| e.index <= commit)
-        .map(|e| (e.index, (e.term, e.data.to_vec())))
-        .collect()
+    durable.entries.iter().filter(|e| e.index <= commit).map(|e| (e.index, (e.term, e.data.to_vec()))).collect()
 }
 
 /// (term, controller) from every "controller elected" line of a log.

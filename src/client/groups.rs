@@ -144,22 +144,54 @@ impl GroupAdmin {
         Ok(out)
     }
 
-    /// ListOffsets for partitions (the broker routes each to its core).
+    /// ListOffsets for partitions, each asked of its leader (Metadata names
+    /// it; a machine answers only for the partitions it leads); -1 where no
+    /// leader answers.
     fn list_offsets(&mut self, partitions: &[(String, i32)], timestamp: i64) -> Result<Vec<i64>, GroupAdminError> {
-        let request = ListOffsetsRequest {
-            replica_id: -1,
-            isolation_level: 0,
-            topics: partitions
-                .iter()
-                .map(|(topic, partition)| ListOffsetsTopic {
-                    name: topic.clone(),
-                    partitions: vec![ListOffsetsPartition { index: *partition, current_leader_epoch: -1, timestamp }],
-                })
-                .collect(),
+        let mut topics: Vec<String> = partitions.iter().map(|(t, _)| t.clone()).collect();
+        topics.sort();
+        topics.dedup();
+        let request = MetadataRequest { topics: Some(topics), allow_auto_topic_creation: false };
+        let reader = self.bootstrap.request(ApiKey::Metadata, 8, |w| request.encode(w, 8))?;
+        let metadata = decode(reader, 8, MetadataResponse::decode)?;
+        let leader_of = |topic: &str, partition: i32| -> Option<i32> {
+            let info = metadata.topics.iter().find(|t| t.name == topic)?;
+            let p = info.partitions.iter().find(|p| p.index == partition)?;
+            (p.leader_id >= 0).then_some(p.leader_id)
         };
-        let reader = self.bootstrap.request(ApiKey::ListOffsets, 5, |w| request.encode(w, 5))?;
-        let answer = decode(reader, 5, ListOffsetsResponse::decode)?;
-        Ok(answer.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.offset)).collect())
+        let mut by_leader: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
+        for (at, (topic, partition)) in partitions.iter().enumerate() {
+            if let Some(leader) = leader_of(topic, *partition) {
+                by_leader.entry(leader).or_default().push(at);
+            }
+        }
+        let mut out = vec![-1; partitions.len()];
+        for (leader, wanted) in by_leader {
+            let Some(node) = metadata.brokers.iter().find(|b| b.node_id == leader) else { continue };
+            let mut connection = self.connect_node(&node.host, node.port)?;
+            let request = ListOffsetsRequest {
+                replica_id: -1,
+                isolation_level: 0,
+                topics: wanted
+                    .iter()
+                    .map(|at| ListOffsetsTopic {
+                        name: partitions[*at].0.clone(),
+                        partitions: vec![ListOffsetsPartition {
+                            index: partitions[*at].1,
+                            current_leader_epoch: -1,
+                            timestamp,
+                        }],
+                    })
+                    .collect(),
+            };
+            let reader = connection.request(ApiKey::ListOffsets, 5, |w| request.encode(w, 5))?;
+            let answer = decode(reader, 5, ListOffsetsResponse::decode)?;
+            let offsets = answer.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.offset));
+            for (at, offset) in wanted.iter().zip(offsets) {
+                out[*at] = offset;
+            }
+        }
+        Ok(out)
     }
 
     pub fn delete(&mut self, group_id: &str) -> Result<(), GroupAdminError> {

@@ -58,26 +58,18 @@ pub fn cluster_status(bootstrap: &str, metrics_port: u16) -> Result<ClusterStatu
     let first = bootstrap.split(',').next().unwrap_or(bootstrap).trim();
     let mut admin = Admin::connect(first)?;
     let metadata = admin.metadata(None)?;
-    let quorum = admin.describe_quorum().map_err(|e| e.to_string()).and_then(|answer| {
-        let partition = answer
-            .topics
-            .first()
-            .and_then(|t| t.partitions.first())
-            .ok_or_else(|| "no quorum in the answer".to_string())?;
-        if !partition.error.is_ok() {
-            return Err(format!("{:?} (controller machine {})", partition.error, partition.leader_id));
+    // DescribeQuorum is answered by the controller's machine: ask the one
+    // asked first, then the others Metadata names, one address per host:port.
+    let mut quorum = describe_quorum(&mut admin);
+    if quorum.is_err() {
+        for broker in &metadata.brokers {
+            let address = format!("{}:{}", broker.host, broker.port);
+            if let Ok(answer @ Ok(_)) = Admin::connect(&address).map(|mut admin| describe_quorum(&mut admin)) {
+                quorum = answer;
+                break;
+            }
         }
-        let members = |list: &[crate::protocol::describe_quorum::ReplicaState]| {
-            list.iter().map(|r| (r.replica_id, r.log_end_offset)).collect()
-        };
-        Ok(QuorumStatus {
-            controller_machine: partition.leader_id,
-            term: partition.leader_epoch,
-            commit_index: partition.high_watermark,
-            voters: members(&partition.current_voters),
-            observers: members(&partition.observers),
-        })
-    });
+    }
     let mut nodes: Vec<NodeStatus> = metadata
         .brokers
         .iter()
@@ -110,6 +102,31 @@ pub fn cluster_status(bootstrap: &str, metrics_port: u16) -> Result<ClusterStatu
         endpoint,
         status,
         quorum,
+    })
+}
+
+/// The metadata quorum as `admin`'s machine describes it; an error unless
+/// it is the controller's.
+fn describe_quorum(admin: &mut Admin) -> Result<QuorumStatus, String> {
+    admin.describe_quorum().map_err(|e| e.to_string()).and_then(|answer| {
+        let partition = answer
+            .topics
+            .first()
+            .and_then(|t| t.partitions.first())
+            .ok_or_else(|| "no quorum in the answer".to_string())?;
+        if !partition.error.is_ok() {
+            return Err(format!("{:?} (controller machine {})", partition.error, partition.leader_id));
+        }
+        let members = |list: &[crate::protocol::describe_quorum::ReplicaState]| {
+            list.iter().map(|r| (r.replica_id, r.log_end_offset)).collect()
+        };
+        Ok(QuorumStatus {
+            controller_machine: partition.leader_id,
+            term: partition.leader_epoch,
+            commit_index: partition.high_watermark,
+            voters: members(&partition.current_voters),
+            observers: members(&partition.observers),
+        })
     })
 }
 
@@ -161,6 +178,22 @@ impl fmt::Display for ClusterStatus {
             Err(reason) => writeln!(f, "controller quorum unavailable: {reason}")?,
         }
         let status = self.status.as_ref().ok();
+        if let Some(machines) = status.map(|s| &s.machines).filter(|m| !m.is_empty()) {
+            writeln!(f, "{:<8} {:<12} {:<8} NODES", "MACHINE", "RACK", "STATE")?;
+            for machine in machines {
+                let nodes: Vec<String> = machine.nodes.iter().map(i32::to_string).collect();
+                let state = if machine.fenced { "FENCED" } else { "serving" };
+                let this = if machine.this { "  (answered)" } else { "" };
+                writeln!(
+                    f,
+                    "{:<8} {:<12} {:<8} {}{this}",
+                    machine.machine,
+                    machine.rack.as_deref().unwrap_or("-"),
+                    state,
+                    nodes.join(",")
+                )?;
+            }
+        }
         writeln!(
             f,
             "{:<6} {:<24} {:>5} {:>10} {:>12} {:>11}",

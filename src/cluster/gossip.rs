@@ -174,7 +174,9 @@ fn run(
         let every = if alone { REANNOUNCE_ALONE_EVERY } else { REANNOUNCE_EVERY };
         if last_announce.is_none_or(|at| now.duration_since(at) >= every) {
             last_announce = Some(now);
-            for seed in seed_addresses(&config.seeds).into_iter().filter(|a| *a != me.gossip && *a != socket_addr(&socket)) {
+            for seed in
+                seed_addresses(&config.seeds).into_iter().filter(|a| *a != me.gossip && *a != socket_addr(&socket))
+            {
                 // The seed's identity is not known yet: a placeholder with
                 // its address (the address is what foca matches) carries the announce.
                 let placeholder = Peer { machine: 0, gossip: seed, generation: 0, ..me.clone() };
@@ -301,9 +303,7 @@ mod tests {
         let seed = vec![first.local_addr().to_string()];
         let second = start(2, seed.clone());
         let third = start(3, seed);
-        until("everyone sees everyone", || {
-            [&first, &second, &third].iter().all(|g| g.members().up.len() == 2)
-        });
+        until("everyone sees everyone", || [&first, &second, &third].iter().all(|g| g.members().up.len() == 2));
         // What a machine says of itself reaches the others.
         assert_eq!(third.members().up[&1].controller.as_deref(), Some("127.0.0.1:9300"));
         assert_eq!(second.members().up[&3].cores, 2);

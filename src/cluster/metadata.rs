@@ -144,9 +144,11 @@ impl MetadataImage {
     pub fn placement_of(&self, node: NodeId) -> Placement {
         let Some(placed) = self.cluster.nodes.get(&node) else {
             // An image built without the cluster (tests): local nodes only.
-            return self.nodes.iter().find(|n| n.node_id == node).map_or(Placement::Unavailable, |n| {
-                Placement::Local(n.shard, n.node_id)
-            });
+            return self
+                .nodes
+                .iter()
+                .find(|n| n.node_id == node)
+                .map_or(Placement::Unavailable, |n| Placement::Local(n.shard, n.node_id));
         };
         if placed.machine == self.machine.get() {
             return match self.nodes.iter().find(|n| n.node_id == node) {
@@ -154,9 +156,8 @@ impl MetadataImage {
                 None => Placement::Unavailable,
             };
         }
-        let serving = MachineId::new(placed.machine)
-            .and_then(|m| self.cluster.machines.get(&m))
-            .is_some_and(|m| !m.fenced);
+        let serving =
+            MachineId::new(placed.machine).and_then(|m| self.cluster.machines.get(&m)).is_some_and(|m| !m.fenced);
         if serving {
             Placement::Remote(node)
         } else {
@@ -176,11 +177,24 @@ impl MetadataImage {
             .and_then(|t| t.partitions.get(usize::try_from(partition).ok()?));
         let Some(registered) = registered else {
             // No cluster image (tests): the local placement.
-            let placement = self.node_of_shard(local.shard).map_or(Placement::Unavailable, |n| Placement::Local(local.shard, n));
+            let placement =
+                self.node_of_shard(local.shard).map_or(Placement::Unavailable, |n| Placement::Local(local.shard, n));
             return Some((placement, local.leader_epoch));
         };
-        let placement = if registered.leader < 0 { Placement::Unavailable } else { self.placement_of(NodeId(registered.leader)) };
+        let placement =
+            if registered.leader < 0 { Placement::Unavailable } else { self.placement_of(NodeId(registered.leader)) };
         Some((placement, registered.leader_epoch))
+    }
+
+    /// A partition's registered replicas and in-sync replicas (empty
+    /// without a cluster image).
+    pub fn replicas_of(&self, topic: &str, partition: i32) -> (Vec<i32>, Vec<i32>) {
+        self.cluster
+            .topic_ids
+            .get(topic)
+            .and_then(|id| self.cluster.topics.get(id))
+            .and_then(|t| t.partitions.get(usize::try_from(partition).ok()?))
+            .map_or((Vec::new(), Vec::new()), |p| (p.replicas.clone(), p.isr.clone()))
     }
 
     /// The nodes clients may use: every node of every machine that is not
@@ -229,12 +243,8 @@ impl MetadataImage {
             let shard = ShardId(core_of(self.nodes.len()));
             return self.node_of_shard(shard).map_or(Placement::Unavailable, |n| Placement::Local(shard, n));
         }
-        let winner = self
-            .cluster
-            .machines
-            .iter()
-            .max_by_key(|(id, _)| rendezvous(group, id.get()))
-            .map(|(_, m)| m.clone());
+        let winner =
+            self.cluster.machines.iter().max_by_key(|(id, _)| rendezvous(group, id.get())).map(|(_, m)| m.clone());
         let Some(machine) = winner else { return Placement::Unavailable };
         let mut cores: Vec<(u32, NodeId)> = machine
             .nodes

@@ -138,12 +138,10 @@ fn forward(voters: &Voters, body: &[u8]) -> Result<Vec<u8>, SubmitError> {
                     continue;
                 };
                 match answer_outcome(status, cursor.rest().to_vec()) {
-                    Err(SubmitError::Proposal(ProposalError::NotController { leader })) => {
-                        match leader {
-                            Some(leader) if leader != target => voters.learned_leader(Some(leader)),
-                            _ => voters.failed(target),
-                        }
-                    }
+                    Err(SubmitError::Proposal(ProposalError::NotController { leader })) => match leader {
+                        Some(leader) if leader != target => voters.learned_leader(Some(leader)),
+                        _ => voters.failed(target),
+                    },
                     outcome => return outcome,
                 }
             }
@@ -253,7 +251,9 @@ fn follow(image: &ClusterImage, fetched: Fetched) -> Option<(ClusterImage, Chang
                 };
                 current = Some((next, merged));
             }
-            Err(reason) => tracing::error!(offset = at.offset, %reason, "a fetched metadata batch does not replay; skipped"),
+            Err(reason) => {
+                tracing::error!(offset = at.offset, %reason, "a fetched metadata batch does not replay; skipped")
+            }
         }
     }
     current

@@ -43,7 +43,6 @@
 //! controller port behind mTLS. Until then it must only be reachable by the
 //! cluster's machines.
 
-
 use std::collections::{BTreeMap, VecDeque};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -158,7 +157,11 @@ pub(crate) type AnswerSender = flume::Sender<Result<Vec<u8>, SubmitError>>;
 enum Origin {
     Local(flume::Sender<Result<u64, SubmitError>>),
     LocalRequest(AnswerSender, Vec<u8>),
-    Remote { reply: Outbox, id: u64, answer: Vec<u8> },
+    Remote {
+        reply: Outbox,
+        id: u64,
+        answer: Vec<u8>,
+    },
     /// The controller's own (fencing): nobody waits.
     Controller,
 }
@@ -178,6 +181,9 @@ pub struct QuorumStatus {
     pub last_index: u64,
     /// Whether this machine follows the log as an observer.
     pub observer: bool,
+    /// The observers that fetched from this voter, with the offset each
+    /// holds.
+    pub observers: Vec<(MachineId, u64)>,
 }
 
 /// A decision run against the controller's image; its records are proposed
@@ -230,16 +236,43 @@ impl Shared {
 }
 
 pub(crate) enum LoopEvent {
-    Peer { from: MachineId, message: Box<Message> },
+    Peer {
+        from: MachineId,
+        message: Box<Message>,
+    },
     Unreachable(MachineId),
-    Submit { decide: DecideRecords, reply: flume::Sender<Result<u64, SubmitError>> },
-    Request { body: Vec<u8>, reply: AnswerSender },
-    Forwarded { id: u64, body: Vec<u8>, reply: Outbox },
-    Answer { id: u64, status: u8, body: Vec<u8> },
-    Fetch { from: MachineId, after: u64, incarnation: u64, reply: Outbox },
-    Heartbeat { from: MachineId, incarnation: u64 },
+    Submit {
+        decide: DecideRecords,
+        reply: flume::Sender<Result<u64, SubmitError>>,
+    },
+    Request {
+        body: Vec<u8>,
+        reply: AnswerSender,
+    },
+    Forwarded {
+        id: u64,
+        body: Vec<u8>,
+        reply: Outbox,
+    },
+    Answer {
+        id: u64,
+        status: u8,
+        body: Vec<u8>,
+    },
+    Fetch {
+        from: MachineId,
+        after: u64,
+        incarnation: u64,
+        reply: Outbox,
+    },
+    Heartbeat {
+        from: MachineId,
+        incarnation: u64,
+    },
     /// This machine registered with `incarnation`: heartbeat from now on.
-    Live { incarnation: u64 },
+    Live {
+        incarnation: u64,
+    },
     /// Gossip declared this machine down.
     Suspect(MachineId),
     Stop,
@@ -287,7 +320,8 @@ impl ControllerService {
         };
         let listen = listener.as_ref().map(|(_, bound)| *bound);
         let (events_tx, events_rx) = flume::bounded(EVENT_QUEUE_DEPTH);
-        let status = QuorumStatus { voters: ids(&config.voters), learners: ids(&config.learners), ..Default::default() };
+        let status =
+            QuorumStatus { voters: ids(&config.voters), learners: ids(&config.learners), ..Default::default() };
         let shared = Arc::new(Shared::new(status));
         let handle = ControllerHandle { events: events_tx.clone(), shared: shared.clone() };
         let mut threads = Vec::new();
@@ -529,6 +563,13 @@ impl LoopState {
             }
             LoopEvent::Fetch { from, after, incarnation, reply } => {
                 self.heard_from(from, incarnation);
+                {
+                    let mut status = self.shared.status.lock().expect("not poisoned");
+                    match status.observers.iter_mut().find(|(id, _)| *id == from) {
+                        Some(known) => known.1 = after,
+                        None => status.observers.push((from, after)),
+                    }
+                }
                 if after >= self.committed.provenance.offset {
                     self.parked.push((after, reply, Instant::now() + FETCH_WAIT));
                 } else {
@@ -656,10 +697,9 @@ impl LoopState {
         }
         let base = self.speculative.as_ref().unwrap_or(&self.committed);
         let Some(registered) = base.machines.get(&machine).filter(|m| !m.fenced) else { return };
-        let recent = self
-            .heard
-            .get(&machine.get())
-            .is_some_and(|(incarnation, at)| *incarnation == registered.incarnation && at.elapsed() < HEARTBEAT_EVERY * 2);
+        let recent = self.heard.get(&machine.get()).is_some_and(|(incarnation, at)| {
+            *incarnation == registered.incarnation && at.elapsed() < HEARTBEAT_EVERY * 2
+        });
         if recent {
             return;
         }

@@ -232,7 +232,10 @@ mod tests {
             leader: MachineId::new(3),
             commit: 42,
             snapshot: Some((Provenance { offset: 40, epoch: 2 }, vec![1, 2, 3])),
-            entries: vec![(Provenance { offset: 41, epoch: 2 }, vec![9]), (Provenance { offset: 42, epoch: 3 }, vec![])],
+            entries: vec![
+                (Provenance { offset: 41, epoch: 2 }, vec![9]),
+                (Provenance { offset: 42, epoch: 3 }, vec![]),
+            ],
         };
         let bytes = fetched.encode();
         assert_eq!(Fetched::decode(&bytes).unwrap(), fetched);

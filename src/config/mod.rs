@@ -322,7 +322,13 @@ impl ServeConfig {
 
     /// The gossip seeds, `host:port` each.
     pub fn seed_list(&self) -> Vec<String> {
-        self.seeds.iter().flat_map(|s| s.split(',')).map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
+        self.seeds
+            .iter()
+            .flat_map(|s| s.split(','))
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect()
     }
 
     /// The log settings of a topic on a node: its own configs over the

@@ -89,7 +89,10 @@ mod tests {
     fn unregister_broker_matches_kafka_protocol_encoding_both_ways() {
         let request = UnregisterBrokerRequest { broker_id: 7 };
         let ours = encoded(|w| request.encode(w, 0));
-        assert_eq!(ours, theirs(&kp_req::UnregisterBrokerRequest::default().with_broker_id(kafka_protocol::messages::BrokerId(7))));
+        assert_eq!(
+            ours,
+            theirs(&kp_req::UnregisterBrokerRequest::default().with_broker_id(kafka_protocol::messages::BrokerId(7)))
+        );
         assert_eq!(UnregisterBrokerRequest::decode(&mut Reader::new(ours), 0).unwrap(), request);
         let response = UnregisterBrokerResponse {
             throttle_time_ms: 0,

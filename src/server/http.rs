@@ -141,7 +141,8 @@ async fn route(shard: &Rc<Shard>, health: &Health, target: &str) -> Response {
         "/v1/ready" => Response::text(503, "Service Unavailable", "not ready\n"),
         "/v1/status" => {
             let (snapshots, context) = scrape(shard, health).await;
-            let status = metrics::status(&snapshots, &context, &shard.config.data);
+            let mut status = metrics::status(&snapshots, &context, &shard.config.data);
+            status.machines = machines(&shard.image());
             match serde_json::to_vec_pretty(&status) {
                 Ok(body) => Response { status: 200, reason: "OK", content_type: "application/json", body },
                 Err(err) => Response::text(500, "Internal Server Error", &format!("{err}\n")),
@@ -149,6 +150,30 @@ async fn route(shard: &Rc<Shard>, health: &Health, target: &str) -> Response {
         }
         _ => Response::text(404, "Not Found", "not found: try /metrics, /v1/health, /v1/ready, /v1/status\n"),
     }
+}
+
+/// The cluster's machines as this machine's image has them.
+fn machines(image: &crate::cluster::MetadataImage) -> Vec<metrics::MachineStatus> {
+    image
+        .cluster
+        .machines
+        .iter()
+        .map(|(id, machine)| {
+            let mut nodes: Vec<(u32, i32)> = machine
+                .nodes
+                .iter()
+                .map(|n| (image.cluster.nodes.get(&crate::cluster::NodeId(*n)).map_or(u32::MAX, |p| p.core), *n))
+                .collect();
+            nodes.sort();
+            metrics::MachineStatus {
+                machine: id.get(),
+                rack: machine.rack.clone(),
+                fenced: machine.fenced,
+                nodes: nodes.into_iter().map(|(_, n)| n).collect(),
+                this: *id == image.machine,
+            }
+        })
+        .collect()
 }
 
 /// Every core's snapshot that arrives in time, in core order.

@@ -69,7 +69,11 @@ pub fn core_endpoints(config: &ServeConfig) -> Vec<(String, i32)> {
 /// The controller quorum as this machine runs it: the voters' resolved
 /// addresses and, on a voter, where its controller port listens. Without
 /// `--controller-voters`, this machine alone, with no port.
-fn quorum_config(config: &ServeConfig, machine: MachineId, gossip: Option<&Gossip>) -> Result<ServiceConfig, ServeError> {
+fn quorum_config(
+    config: &ServeConfig,
+    machine: MachineId,
+    gossip: Option<&Gossip>,
+) -> Result<ServiceConfig, ServeError> {
     use std::net::ToSocketAddrs;
     let mut voters = config.voters()?;
     if let Some(gossip) = gossip.filter(|_| voters.is_empty() && !config.seed_list().is_empty()) {
@@ -135,13 +139,10 @@ fn start_gossip(config: &ServeConfig, machine: MachineId) -> Result<Option<Gossi
         bind
     };
     let voters = config.voters()?;
-    let controller = voters
-        .iter()
-        .find(|(id, _)| *id == machine.get())
-        .map(|(_, address)| {
-            let port = config.controller_port.or_else(|| address.rsplit_once(':')?.1.parse().ok()).unwrap_or(0);
-            format!("{}:{port}", config.advertised_host())
-        });
+    let controller = voters.iter().find(|(id, _)| *id == machine.get()).map(|(_, address)| {
+        let port = config.controller_port.or_else(|| address.rsplit_once(':')?.1.parse().ok()).unwrap_or(0);
+        format!("{}:{port}", config.advertised_host())
+    });
     let generation =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let me = Peer {

@@ -1,6 +1,6 @@
 //! The controller quorum's Raft engine: a sans-IO state machine around
-//! raft-rs's `RawNode`. The shell (one glommio core on each voter and learner
-//! machine, issue 29) feeds it [`Event`]s and carries out the [`Command`]s it
+//! raft-rs's `RawNode`. The shell (`service`: a thread on each voter and
+//! learner machine, issue 29) feeds it [`Event`]s and carries out the [`Command`]s it
 //! returns: sending messages, persisting the log, applying committed metadata
 //! records. No sockets, files, clocks or threads in here, so tests and the
 //! simulation (`tests/raft_sim.rs`) drive it deterministically.

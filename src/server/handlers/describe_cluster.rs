@@ -29,7 +29,7 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
         error_message: None,
         endpoint_type: body.endpoint_type,
         cluster_id: image.durable.cluster_id.clone(),
-        controller_id: image.controller.0,
+        controller_id: super::metadata::controller_node(shard, &image).0,
         // Every registered node; a fenced machine's nodes say so (v2).
         brokers: image
             .serving_nodes()

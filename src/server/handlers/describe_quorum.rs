@@ -62,6 +62,12 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
                     answer.high_watermark = status.commit_index as i64;
                     answer.current_voters = status.voters.iter().map(replica).collect();
                     answer.observers = status.learners.iter().map(replica).collect();
+                    answer.observers.extend(status.observers.iter().map(|(id, offset)| ReplicaState {
+                        replica_id: id.get() as i32,
+                        log_end_offset: *offset as i64,
+                        last_fetch_timestamp: -1,
+                        last_caught_up_timestamp: -1,
+                    }));
                     answer
                 })
                 .collect(),

@@ -97,14 +97,18 @@ fn build(shard: &Shard, image: &MetadataImage, names: Option<&[String]>) -> Meta
                             replica_nodes: vec![leader.0],
                             isr_nodes: vec![leader.0],
                         },
-                        None => MetadataPartition {
-                            error: ErrorCode::LeaderNotAvailable,
-                            index: index as i32,
-                            leader_id: -1,
-                            leader_epoch,
-                            replica_nodes: Vec::new(),
-                            isr_nodes: Vec::new(),
-                        },
+                        // As Kafka does, the replicas are still named.
+                        None => {
+                            let (replica_nodes, isr_nodes) = image.replicas_of(&name, index as i32);
+                            MetadataPartition {
+                                error: ErrorCode::LeaderNotAvailable,
+                                index: index as i32,
+                                leader_id: -1,
+                                leader_epoch,
+                                replica_nodes,
+                                isr_nodes,
+                            }
+                        }
                     })
                     .collect(),
                 name,
@@ -125,7 +129,21 @@ fn build(shard: &Shard, image: &MetadataImage, names: Option<&[String]>) -> Meta
         throttle_time_ms: 0,
         brokers,
         cluster_id: Some(image.durable.cluster_id.clone()),
-        controller_id: image.controller.0,
+        controller_id: controller_node(shard, image).0,
         topics,
     }
+}
+
+/// The node named as controller: the controller machine's first node
+/// (Kafka names a broker; the controller here is a machine), or this
+/// machine's while none is known.
+pub fn controller_node(shard: &Shard, image: &MetadataImage) -> NodeId {
+    let leader = shard.controller().and_then(|(handle, _)| handle.status().leader);
+    leader
+        .and_then(|machine| {
+            let machine = image.cluster.machines.get(&machine)?;
+            machine.nodes.iter().map(|n| NodeId(*n)).find_map(|n| image.machine_front(n))
+        })
+        .filter(|node| !matches!(image.placement_of(*node), Placement::Unavailable))
+        .unwrap_or(image.controller)
 }

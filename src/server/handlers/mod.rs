@@ -10,7 +10,6 @@ mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
 mod describe_quorum;
-mod unregister_broker;
 mod fetch;
 mod find_coordinator;
 mod groups;
@@ -20,6 +19,7 @@ mod log_dirs;
 mod metadata;
 mod offset_for_leader_epoch;
 mod produce;
+mod unregister_broker;
 
 use std::rc::Rc;
 
