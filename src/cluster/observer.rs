@@ -155,7 +155,7 @@ fn forward(voters: &Voters, body: &[u8]) -> Result<Vec<u8>, SubmitError> {
 fn exchange(addr: SocketAddr, frame: &[u8], timeout: Duration) -> Option<wire::Frame> {
     use std::io::Write;
     let mut stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).ok()?;
-    let _ = stream.set_nodelay(true);
+    wire::tune(&stream);
     stream.set_read_timeout(Some(timeout.max(Duration::from_millis(1)))).ok()?;
     stream.write_all(frame).ok()?;
     wire::read_frame(&mut stream).ok()
@@ -173,7 +173,7 @@ fn fetch_loop(voters: &Voters, stopping: &AtomicBool) {
                 let (target, addr) = voters.target();
                 match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
                     Ok(stream) => {
-                        let _ = stream.set_nodelay(true);
+                        wire::tune(&stream);
                         let _ = stream.set_read_timeout(Some(FETCH_TIMEOUT));
                         (target, stream)
                     }

@@ -982,7 +982,7 @@ fn write_to_peer(peer: MachineId, addr: SocketAddr, queue: flume::Receiver<Vec<u
         if stream.is_none() {
             match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
                 Ok(connected) => {
-                    let _ = connected.set_nodelay(true);
+                    wire::tune(&connected);
                     if let Ok(reading) = connected.try_clone() {
                         let events = events.clone();
                         spawn(&format!("shardlog-ctl-back-{peer}"), move || read_from_peer(reading, events, None));
@@ -1012,7 +1012,7 @@ fn accept_peers(listener: TcpListener, events: flume::Sender<LoopEvent>, stoppin
             return;
         }
         let Ok(stream) = stream else { continue };
-        let _ = stream.set_nodelay(true);
+        wire::tune(&stream);
         let Ok(writing) = stream.try_clone() else { continue };
         let events = events.clone();
         spawn("shardlog-ctl-from", move || {

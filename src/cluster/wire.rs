@@ -49,6 +49,26 @@ pub const OUTBOX_DEPTH: usize = 1024;
 /// A write that makes no progress for this long closes the connection.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Data unacknowledged this long closes a connection (TCP_USER_TIMEOUT). A
+/// cut link otherwise holds a connection open while the kernel's
+/// retransmissions back off to tens of seconds, and what was queued on it
+/// (a forwarded request, Raft's catch-up) waits that long after the link
+/// heals. Closed, the writer connects again as soon as the peer answers.
+const UNACKNOWLEDGED_MAX: Duration = Duration::from_secs(2);
+
+/// Every controller-port connection: no Nagle delay, and a connection whose
+/// peer stopped acknowledging is closed (`UNACKNOWLEDGED_MAX`).
+pub fn tune(stream: &TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let socket = socket2::SockRef::from(stream);
+    let _ = socket.set_tcp_user_timeout(Some(UNACKNOWLEDGED_MAX));
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(Duration::from_secs(1))
+        .with_interval(Duration::from_secs(1))
+        .with_retries(2);
+    let _ = socket.set_tcp_keepalive(&keepalive);
+}
+
 /// Frames to send on one connection.
 pub type Outbox = flume::Sender<Vec<u8>>;
 
