@@ -13,13 +13,16 @@
 //! the `prometheus-client` crate. The same snapshots answer `/v1/status`
 //! ([`status`]), which `shardlog cluster status` reads.
 //!
+//! A leaf: it knows no shard, server or cluster type. Shards report into it
+//! (`shard::report` maps their answers to API and error code and builds
+//! their snapshots).
+//!
 //! Label cardinality is bounded: series are per core, API, error code, topic,
 //! and group and topic; per-partition series (log offsets and sizes, group lag
 //! per partition) only with `--metrics-per-partition`.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -32,8 +35,6 @@ use serde::{Deserialize, Serialize};
 use crate::group::GroupResponse;
 use crate::protocol::record_batch;
 use crate::protocol::{ApiKey, ErrorCode};
-use crate::shard::fetch_sessions::FetchContext;
-use crate::shard::{AdminOp, AdminReply, PartitionReply, Shard};
 
 /// Upper bounds of every histogram's buckets, in microseconds: 10 µs to 60 s
 /// (a Fetch long poll may last up to `FETCH_WAIT_MS_MAX`).
@@ -284,11 +285,19 @@ pub fn record_fsync(elapsed: Duration) {
     with(|c| c.fsync.record(elapsed));
 }
 
-pub fn record_fetch_context(context: &FetchContext) {
-    with(|c| match context {
-        FetchContext::Sessionless => c.fetches.sessionless += 1,
-        FetchContext::Full { .. } => c.fetches.full += 1,
-        FetchContext::Incremental { .. } => c.fetches.incremental += 1,
+/// How a fetch used fetch sessions (KIP-227).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchKind {
+    Sessionless,
+    Full,
+    Incremental,
+}
+
+pub fn record_fetch(kind: FetchKind) {
+    with(|c| match kind {
+        FetchKind::Sessionless => c.fetches.sessionless += 1,
+        FetchKind::Full => c.fetches.full += 1,
+        FetchKind::Incremental => c.fetches.incremental += 1,
     });
 }
 
@@ -296,22 +305,10 @@ pub fn record_rebalance() {
     with(|c| c.rebalances += 1);
 }
 
-pub(crate) fn record_error(api: ApiKey, error: ErrorCode) {
+pub fn record_error(api: ApiKey, error: ErrorCode) {
     if error != ErrorCode::None {
         with(|c| *c.errors.entry((api as i16, error.code())).or_default() += 1);
     }
-}
-
-/// The error of one partition's answer, under the API that asked.
-pub fn record_partition_reply(reply: &PartitionReply) {
-    let (api, error) = match reply {
-        PartitionReply::Produce(answer) => (ApiKey::Produce, answer.error),
-        PartitionReply::Fetch(answer) => (ApiKey::Fetch, answer.error),
-        PartitionReply::ListOffsets(answer) => (ApiKey::ListOffsets, answer.error),
-        PartitionReply::DeleteRecords { error, .. } => (ApiKey::DeleteRecords, *error),
-        PartitionReply::OffsetForLeaderEpoch { error, .. } => (ApiKey::OffsetForLeaderEpoch, *error),
-    };
-    record_error(api, error);
 }
 
 /// The errors of a group coordinator's answer (per partition for commits).
@@ -334,34 +331,21 @@ pub fn record_group_response(response: &GroupResponse) {
     }
 }
 
-/// The API a metadata change comes from.
-pub fn admin_api(op: &AdminOp) -> ApiKey {
-    match op {
-        AdminOp::CreateTopics { .. } => ApiKey::CreateTopics,
-        AdminOp::DeleteTopics { .. } => ApiKey::DeleteTopics,
-        AdminOp::CreatePartitions { .. } => ApiKey::CreatePartitions,
-        AdminOp::AlterTopicConfigs { .. } | AdminOp::AlterBrokerConfigs { .. } => ApiKey::AlterConfigs,
-        AdminOp::AllocateProducerId => ApiKey::InitProducerId,
-    }
-}
-
-pub fn record_admin_reply(api: ApiKey, reply: &AdminReply) {
-    match reply {
-        AdminReply::Items(items) => items.iter().for_each(|item| record_error(api, item.error)),
-        AdminReply::ProducerId(Err(error)) => record_error(api, *error),
-        AdminReply::ProducerId(Ok(_)) => {}
-    }
-}
-
 /// Measures how late this core's executor runs a timer task: a core whose
-/// tasks hog it wakes the probe late. Runs until shutdown.
-pub async fn run_task_delay_probe(shard: Rc<Shard>) {
-    while !shard.shutting_down.get() {
+/// tasks hog it wakes the probe late. Runs until `stopping` says so.
+pub async fn run_task_delay_probe(stopping: impl Fn() -> bool) {
+    while !stopping() {
         let started = Instant::now();
         glommio::timer::sleep(TASK_DELAY_PROBE_INTERVAL).await;
         let late = started.elapsed().saturating_sub(TASK_DELAY_PROBE_INTERVAL);
         with(|c| c.task_delay.record(late));
     }
+}
+
+/// Stops reporting the topics `keep` does not name (deleted topics: a
+/// recreated one starts from 0).
+pub fn keep_topics(keep: impl Fn(&str) -> bool) {
+    with(|c| c.topics.retain(|name, _| keep(name)));
 }
 
 // ---- Snapshots ----------------------------------------------------------
@@ -409,53 +393,6 @@ pub struct CommittedSnapshot {
     pub topic: String,
     pub partition: i32,
     pub offset: i64,
-}
-
-/// This core's snapshot; runs on the core that owns `shard`.
-pub fn snapshot(shard: &Shard) -> CoreSnapshot {
-    let image = shard.image();
-    let partitions_assigned = image
-        .durable
-        .topics
-        .values()
-        .flat_map(|topic| &topic.partitions)
-        .filter(|partition| partition.shard == shard.id)
-        .count();
-    let node_id = image.nodes.iter().find(|node| node.shard == shard.id).map_or(-1, |node| node.node_id.0);
-    let partitions = shard
-        .local_partitions()
-        .iter()
-        .map(|partition| {
-            let log = &partition.log;
-            PartitionSnapshot {
-                topic: partition.topic.to_string(),
-                partition: partition.index,
-                log_start_offset: log.log_start_offset(),
-                log_end_offset: log.log_end_offset(),
-                high_watermark: log.high_watermark(),
-                size_bytes: log.size_bytes(),
-                segments: log.segment_count(),
-                failed: log.is_failed(),
-            }
-        })
-        .collect();
-    // Deleted topics stop being reported (a recreated one starts from 0).
-    with(|c| c.topics.retain(|name, _| image.durable.topics.contains_key(name)));
-    let budget = shard.config.in_flight_bytes_max as u64;
-    CoreSnapshot {
-        core: shard.id.0,
-        node_id,
-        counters: counters(),
-        partitions_assigned,
-        partitions,
-        in_flight_request_bytes: budget.saturating_sub(shard.in_flight_budget.available()),
-        inbox_depth: shard.inbox_depth(),
-        groups: shard.group_service().map(|service| service.snapshot()).unwrap_or_default(),
-        fetch_sessions: {
-            let sessions = shard.fetch_sessions.borrow();
-            FetchSessionsSnapshot { sessions: sessions.len(), partitions: sessions.partitions() }
-        },
-    }
 }
 
 // ---- Exposition ---------------------------------------------------------

@@ -182,7 +182,7 @@ async fn scrape(shard: &Rc<Shard>, health: &Health) -> (Vec<CoreSnapshot>, Scrap
     let wait = Duration::from_millis(METRICS_CORE_WAIT_MS);
     let asks = (0..shard.shard_count() as u32).map(|core| async move {
         if ShardId(core) == shard.id {
-            return Some(metrics::snapshot(shard));
+            return Some(crate::shard::report::snapshot(shard));
         }
         if !ask_others {
             return None;

@@ -467,7 +467,10 @@ async fn run_core(start: CoreStart) {
     };
     glommio::spawn_local(shard.clone().run_maintenance()).detach();
     glommio::spawn_local(shard.clone().follow_controller()).detach();
-    glommio::spawn_local(crate::metrics::run_task_delay_probe(shard.clone())).detach();
+    {
+        let probing = shard.clone();
+        glommio::spawn_local(crate::metrics::run_task_delay_probe(move || probing.shutting_down.get())).detach();
+    }
     let inbox_task = glommio::spawn_local(shard.clone().run_inbox(inbox));
     report.send(Ok(()));
     listener::run(shard.clone(), listener, limits).await;

@@ -10,6 +10,7 @@ mod events;
 pub mod fetch_sessions;
 pub mod groups;
 pub mod partition;
+pub mod report;
 mod table;
 
 use std::cell::{Cell, RefCell};
@@ -368,7 +369,7 @@ impl Shard {
     /// Runs `op` on the partition's owner: here, or on another core.
     pub async fn partition_op(self: &Rc<Self>, topic: &str, partition: i32, op: PartitionOp) -> PartitionReply {
         let reply = self.route_partition_op(topic, partition, op).await;
-        crate::metrics::record_partition_reply(&reply);
+        report::partition_reply(&reply);
         reply
     }
 
@@ -566,9 +567,9 @@ impl Shard {
 
     /// Sends an admin operation to the controller (core 0) and waits.
     pub async fn admin(self: &Rc<Self>, op: AdminOp) -> AdminReply {
-        let api = crate::metrics::admin_api(&op);
+        let api = report::admin_api(&op);
         let reply = self.admin_on_controller(op).await;
-        crate::metrics::record_admin_reply(api, &reply);
+        report::admin_reply(api, &reply);
         reply
     }
 
@@ -758,7 +759,7 @@ impl Shard {
                     .detach();
                 }
                 ShardMessage::Metrics { reply } => {
-                    let _ = reply.try_send(crate::metrics::snapshot(&self));
+                    let _ = reply.try_send(report::snapshot(&self));
                 }
                 ShardMessage::AwaitData { deadline, reply } => {
                     let shard = self.clone();

@@ -40,7 +40,7 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
             return Ok(respond(w));
         }
     };
-    crate::metrics::record_fetch_context(&context);
+    crate::shard::report::fetch_context(&context);
     let incremental = match context {
         FetchContext::Incremental { id } => Some(id),
         _ => None,
