@@ -15,8 +15,8 @@ use crate::protocol::record_batch::{self, BatchHeader};
 
 use super::core_cache::{self, CachingLog};
 use super::disk::{File, IoBuffer};
-use super::evict_cache;
 use super::index::{OffsetEntry, TimeEntry};
+use super::read::evict_cache;
 use super::segment::PAGE_BYTES;
 use super::write_behind;
 use super::{Appended, CachedBatch, FlushPolicy, InjectedFault, Inner, Log, LogError, WriteBehind};
