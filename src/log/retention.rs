@@ -5,8 +5,8 @@
 use std::path::Path;
 use std::rc::Rc;
 
+use super::open::write_log_start;
 use super::segment::Segment;
-use super::write_log_start;
 use super::{now_ms, Log, LogError};
 
 impl Log {
