@@ -10,6 +10,11 @@
 //!   clean                           after a clean close, where the file system has no user xattrs
 //! ```
 //!
+//! One file per part below: `write.rs` the write path, `read.rs` the read
+//! path, `retention.rs` rolls and retention, `open.rs` the open and the
+//! clean close it relies on. This file holds the types they share and the
+//! log's accessors.
+//!
 //! Write path: `append` (synchronous, no await) assigns dense offsets, patches
 //! the base offset and leader epoch (outside the CRC) in place into the batch
 //! it is handed (a uniquely owned slice of the produce request, so the bytes
