@@ -320,14 +320,14 @@ struct SegmentEnd {
     bytes_since_index: u64,
 }
 
-/// Finds where a segment's valid batches end, as after a crash: from the
-/// last index entry that points at the batch it claims, reads and checks
-/// every batch to the end of the file, adding the index entries the crash
-/// lost.
 /// Short reads in a row (no whole batch gained) after which a recovery
 /// scan gives up with an error rather than guess where the log ends.
 const SHORT_READS_MAX: u32 = 8;
 
+/// Finds where a segment's valid batches end, as after a crash: from the
+/// last index entry that points at the batch it claims, reads and checks
+/// every batch to the end of the file, adding the index entries the crash
+/// lost.
 async fn scan_segment_end(
     file: &File,
     log_path: &Path,
