@@ -115,13 +115,34 @@ fn snapshot(c: &mut Criterion) {
     group.finish();
 }
 
+/// `image` with partition 0 of topic 0 led by node 1 instead.
+fn one_partition_moved(image: &ClusterImage) -> ClusterImage {
+    let mut delta = MetadataDelta::new(image);
+    let record = MetadataRecord::PartitionChange(PartitionChange {
+        topic_id: topic_id(0),
+        partition: 0,
+        leader: Some(1),
+        isr: Some(vec![1]),
+        replicas: Some(vec![1]),
+    });
+    delta.replay(Provenance { offset: image.provenance.offset + 1, epoch: 2 }, &record).expect("valid");
+    delta.finish().0
+}
+
 fn cores_and_metadata(c: &mut Criterion) {
     let image = large_image();
     let machine = shardlog::cluster::MachineId::new(1).expect("non-zero");
     let mut group = c.benchmark_group("metadata-100k-partitions");
     group.sample_size(20);
+    let image = std::sync::Arc::new(image);
     group.bench_function("local-image-for-the-cores", |b| {
         b.iter(|| shardlog::cluster::bridge::local_image(&image, machine))
+    });
+    // What a commit of one PartitionChange costs the cores' view.
+    let previous = shardlog::cluster::bridge::local_image(&image, machine);
+    let changed = std::sync::Arc::new(one_partition_moved(&image));
+    group.bench_function("local-image-since-one-partition-moved", |b| {
+        b.iter(|| shardlog::cluster::bridge::local_image_since(&previous, &changed, machine))
     });
     group.finish();
 

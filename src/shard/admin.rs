@@ -110,7 +110,7 @@ impl Shard {
         if committed.provenance.offset <= current.version {
             return;
         }
-        let next = bridge::local_image(&committed, machine);
+        let next = bridge::local_image_since(&current, &committed, machine);
         events::log_topic_changes(&current.durable, &next.durable);
         self.broadcast_image(Arc::new(next)).await;
     }
