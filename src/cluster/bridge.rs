@@ -40,7 +40,11 @@ pub fn local_image_since(previous: &MetadataImage, cluster: &Arc<ClusterImage>, 
     build_local_image(Some(previous), cluster, machine)
 }
 
-fn build_local_image(previous: Option<&MetadataImage>, cluster: &Arc<ClusterImage>, machine: MachineId) -> MetadataImage {
+fn build_local_image(
+    previous: Option<&MetadataImage>,
+    cluster: &Arc<ClusterImage>,
+    machine: MachineId,
+) -> MetadataImage {
     let mut nodes: Vec<NodeInfo> = cluster
         .nodes
         .iter()
