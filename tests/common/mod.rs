@@ -26,15 +26,21 @@ pub struct Broker {
     _dir: Option<tempfile::TempDir>,
 }
 
-/// Finds `count` consecutive free ports.
+/// Finds `count` consecutive free ports, below Linux's ephemeral range
+/// (32768 and up): a port the kernel hands to some client connection
+/// meanwhile could otherwise be taken by the time the broker binds it.
 pub fn free_ports(count: usize) -> u16 {
-    for _ in 0..200 {
-        let probe = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let base = probe.local_addr().expect("addr").port();
-        drop(probe);
-        if base as usize + count >= 65535 {
-            continue;
-        }
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static DRAWS: AtomicU64 = AtomicU64::new(0);
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+        ^ (u64::from(std::process::id()) << 20);
+    for _ in 0..500 {
+        let draw = DRAWS.fetch_add(1, Ordering::Relaxed);
+        let mut x = seed.wrapping_add(draw.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        x ^= x >> 31;
+        x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x ^= x >> 29;
+        let base = 12_000 + (x % (20_000 - count as u64)) as u16;
         if (0..count as u16).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
             return base;
         }
