@@ -105,6 +105,18 @@ pub struct Changes {
     pub machines: BTreeSet<MachineId>,
 }
 
+/// `image` with one committed record batch (a Raft entry's bytes) replayed
+/// at `at`, and what changed; why not when the batch does not decode or a
+/// record does not fit. Voters and observers apply entries the same way.
+pub fn replay_batch(image: &ClusterImage, at: Provenance, data: &[u8]) -> Result<(ClusterImage, Changes), String> {
+    let records = super::records::decode_batch(data).map_err(|e| e.to_string())?;
+    let mut delta = MetadataDelta::new(image);
+    for record in &records {
+        delta.replay(at, record).map_err(|e| e.to_string())?;
+    }
+    Ok(delta.finish())
+}
+
 impl Changes {
     /// Adds what a later delta changed.
     pub fn merge(&mut self, later: Changes) {

@@ -165,25 +165,38 @@ impl MetadataImage {
         }
     }
 
-    /// Where a partition's leader is, with its leader epoch; `None` for a
-    /// partition that does not exist.
-    pub fn leader_of(&self, topic: &str, partition: i32) -> Option<(Placement, i32)> {
-        let local = self.partition(topic, partition)?;
-        let registered = self
-            .cluster
-            .topic_ids
-            .get(topic)
-            .and_then(|id| self.cluster.topics.get(id))
-            .and_then(|t| t.partitions.get(usize::try_from(partition).ok()?));
-        let Some(registered) = registered else {
-            // No cluster image (tests): the local placement.
-            let placement =
-                self.node_of_shard(local.shard).map_or(Placement::Unavailable, |n| Placement::Local(local.shard, n));
-            return Some((placement, local.leader_epoch));
+    /// Where each partition's leader of `topic` is, with its leader epoch,
+    /// in partition order; empty for a topic that does not exist. The topic
+    /// is looked up once and each leader node placed once, however many
+    /// partitions it leads (Metadata asks this for every topic).
+    pub fn leaders_of(&self, topic: &str) -> Vec<(Placement, i32)> {
+        let Some(local) = self.topic(topic) else { return Vec::new() };
+        let registered = self.cluster.topic_ids.get(topic).and_then(|id| self.cluster.topics.get(id));
+        let mut placed: Vec<(i32, Placement)> = Vec::new();
+        let mut place = |node: i32| -> Placement {
+            if node < 0 {
+                return Placement::Unavailable;
+            }
+            if let Some((_, placement)) = placed.iter().find(|(n, _)| *n == node) {
+                return *placement;
+            }
+            let placement = self.placement_of(NodeId(node));
+            placed.push((node, placement));
+            placement
         };
-        let placement =
-            if registered.leader < 0 { Placement::Unavailable } else { self.placement_of(NodeId(registered.leader)) };
-        Some((placement, registered.leader_epoch))
+        local
+            .partitions
+            .iter()
+            .enumerate()
+            .map(|(index, p)| match registered.and_then(|t| t.partitions.get(index)) {
+                Some(registered) => (place(registered.leader), registered.leader_epoch),
+                // No cluster image (tests): the local placement.
+                None => {
+                    let node = self.node_of_shard(p.shard);
+                    (node.map_or(Placement::Unavailable, |n| Placement::Local(p.shard, n)), p.leader_epoch)
+                }
+            })
+            .collect()
     }
 
     /// A partition's registered replicas and in-sync replicas (empty

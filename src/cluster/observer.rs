@@ -21,9 +21,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::ids::MachineId;
-use super::image::{decode_snapshot, Changes, ClusterImage, MetadataDelta};
+use super::image::{decode_snapshot, Changes, ClusterImage};
 use super::quorum::ProposalError;
-use super::records::decode_batch;
 use super::service::{
     answer_outcome, spawn, ControllerHandle, LoopEvent, QuorumStatus, ServiceConfig, Shared, SubmitError,
     CONNECT_TIMEOUT, FETCH_WAIT, FORWARD_TIMEOUT,
@@ -233,13 +232,7 @@ fn follow(image: &ClusterImage, fetched: Fetched) -> Option<(ClusterImage, Chang
         if at.offset <= base.provenance.offset {
             continue;
         }
-        let replayed = decode_batch(&data).map_err(|e| e.to_string()).and_then(|records| {
-            let mut delta = MetadataDelta::new(base);
-            for record in &records {
-                delta.replay(at, record).map_err(|e| e.to_string())?;
-            }
-            Ok(delta.finish())
-        });
+        let replayed = super::image::replay_batch(base, at, &data);
         match replayed {
             Ok((next, changes)) => {
                 let merged = match current.take() {

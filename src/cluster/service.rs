@@ -58,7 +58,7 @@ use super::quorum::{
     QuorumEngine, TICK_MS,
 };
 use super::raft_log::{RaftLog, RaftLogError};
-use super::records::{decode_batch, encode_batch, MetadataRecord};
+use super::records::{encode_batch, MetadataRecord};
 use super::wire::{self, Cursor, Fetched, Outbox};
 
 /// Entries applied between snapshots of the image: the Raft log (and a
@@ -765,13 +765,7 @@ impl LoopState {
             Applied::Entry { data, .. } if data.is_empty() => return,
             Applied::Entry { index, term, data } => {
                 let at = Provenance { offset: index, epoch: term };
-                let replayed = decode_batch(&data).map_err(|e| e.to_string()).and_then(|records| {
-                    let mut delta = MetadataDelta::new(&self.committed);
-                    for record in &records {
-                        delta.replay(at, record).map_err(|e| e.to_string())?;
-                    }
-                    Ok(delta.finish())
-                });
+                let replayed = super::image::replay_batch(&self.committed, at, &data);
                 self.recent.push_back((at, Arc::from(data)));
                 match replayed {
                     Ok(done) => {

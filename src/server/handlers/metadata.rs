@@ -79,15 +79,11 @@ fn build(shard: &Shard, image: &MetadataImage, names: Option<&[String]>) -> Meta
             Some(topic) => MetadataTopic {
                 error: ErrorCode::None,
                 is_internal: false,
-                partitions: topic
-                    .partitions
-                    .iter()
+                partitions: image
+                    .leaders_of(&topic.name)
+                    .into_iter()
                     .enumerate()
-                    .map(|(index, p)| {
-                        let (placement, epoch) =
-                            image.leader_of(&name, index as i32).unwrap_or((Placement::Unavailable, p.leader_epoch));
-                        (index, epoch, advertised(shard, image, placement))
-                    })
+                    .map(|(index, (placement, epoch))| (index, epoch, advertised(shard, image, placement)))
                     .map(|(index, leader_epoch, leader)| match leader {
                         Some(leader) => MetadataPartition {
                             error: ErrorCode::None,
