@@ -52,12 +52,14 @@
 //! nesting at 100. rust-protobuf 2.28 is still compiled in (raft-rs and
 //! raft-proto depend on it unconditionally for trait glue), so `cargo audit`
 //! still lists the advisory, but its parser is never reached: in prost mode
-//! raft-proto's `merge_from(CodedInputStream)` is `unimplemented!()`. The cost
-//! is `protoc` at build time (Debian `protobuf-compiler`, installed by
-//! `tests/setup.sh`). raft-rs's default slog logger is off too: its records
+//! raft-proto's `merge_from(CodedInputStream)` is `unimplemented!()` (in
+//! raft-proto, not here). The cost is `protoc` at build time: a protoc on
+//! PATH, or the one the `protoc-bin-vendored-linux-*` crate ships
+//! (`.cargo/protoc`, named by `.cargo/config.toml`). raft-rs's default slog logger is off too: its records
 //! are forwarded to `tracing` (`log.rs`).
 //!
-//! Lives on the quorum core of its machine; only that core's shell calls it.
+//! Lives on the controller service's loop thread of its machine (`service`);
+//! only that thread calls it.
 
 mod codec;
 mod engine;
