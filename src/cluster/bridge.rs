@@ -177,7 +177,7 @@ pub fn bootstrap(
     for step in steps {
         loop {
             match futures_lite::future::block_on(request(handle, &step)) {
-                Ok(Answer::Refused(reason)) => return Err(SubmitError::Remote(reason)),
+                Ok(Answer::Refused(_, reason)) => return Err(SubmitError::Remote(reason)),
                 Ok(_) => break,
                 Err(err) => retry(err)?,
             }
@@ -320,7 +320,8 @@ pub enum Answer {
     /// The first id of a producer-id block.
     ProducerIds(i64),
     Done,
-    Refused(String),
+    /// Refused before any record: Kafka's error code and why.
+    Refused(i16, String),
 }
 
 /// The `Decider` of this machine's controller service: decodes a
@@ -332,7 +333,10 @@ pub fn decider(config: Arc<ServeConfig>) -> super::service::Decider {
         aligned.extend_from_slice(body);
         let (records, answer) = match rkyv::from_bytes::<Request, rkyv::rancor::Error>(&aligned) {
             Ok(request) => decide_request(image, &config, &request),
-            Err(err) => (Vec::new(), Answer::Refused(format!("a request that does not decode: {err}"))),
+            Err(err) => (
+                Vec::new(),
+                Answer::Refused(ErrorCode::InvalidRequest.code(), format!("a request that does not decode: {err}")),
+            ),
         };
         (records, rkyv::to_bytes::<rkyv::rancor::Error>(&answer).expect("an answer serializes").to_vec())
     })
@@ -354,7 +358,7 @@ fn decide_request(image: &ClusterImage, config: &ServeConfig, request: &Request)
                 Some(*first_node_id),
             ) {
                 Ok(records) => (records, Answer::Done),
-                Err((_, reason)) => (Vec::new(), Answer::Refused(reason)),
+                Err((error, reason)) => (Vec::new(), Answer::Refused(error.code(), reason)),
             }
         }
         Request::UnfenceMachine { machine } => match image.machines.iter().find(|(id, _)| id.get() == *machine) {
@@ -362,21 +366,29 @@ fn decide_request(image: &ClusterImage, config: &ServeConfig, request: &Request)
                 vec![MetadataRecord::UnfenceMachine { machine: *machine, machine_epoch: registered.epoch }],
                 Answer::Done,
             ),
-            None => (Vec::new(), Answer::Refused(format!("machine {machine} is not registered"))),
+            None => (
+                Vec::new(),
+                Answer::Refused(
+                    ErrorCode::BrokerIdNotRegistered.code(),
+                    format!("machine {machine} is not registered"),
+                ),
+            ),
         },
         Request::ProducerIds { machine } => match control::allocate_producer_ids(image, *machine) {
             Ok((start, records)) => (records, Answer::ProducerIds(start)),
-            Err(error) => (Vec::new(), Answer::Refused(format!("no producer ids for machine {machine}: {error:?}"))),
+            Err(error) => {
+                (Vec::new(), Answer::Refused(error.code(), format!("no producer ids for machine {machine}: {error:?}")))
+            }
         },
         Request::UnregisterMachine { machine } => {
             let serving = image.machines.iter().any(|(id, m)| id.get() == *machine && !m.fenced);
             if serving {
                 let reason = format!("machine {machine} is serving: stop it first (it is fenced once silent)");
-                return (Vec::new(), Answer::Refused(reason));
+                return (Vec::new(), Answer::Refused(ErrorCode::InvalidRequest.code(), reason));
             }
             match control::unregister_machine(image, *machine) {
                 Ok(records) => (records, Answer::Done),
-                Err((_, reason)) => (Vec::new(), Answer::Refused(reason)),
+                Err((error, reason)) => (Vec::new(), Answer::Refused(error.code(), reason)),
             }
         }
         Request::Admin(admin) => {
@@ -461,7 +473,7 @@ pub async fn submit(handle: &ControllerHandle, request: AdminRequest) -> Result<
             .into_iter()
             .map(|(name, code, message)| ItemResult { name, error: crate::protocol::error::from_code(code), message })
             .collect()),
-        Answer::Refused(reason) => Err(SubmitError::Remote(reason)),
+        Answer::Refused(_, reason) => Err(SubmitError::Remote(reason)),
         other => Err(SubmitError::Remote(format!("an admin request answered {other:?}"))),
     }
 }
@@ -470,7 +482,7 @@ pub async fn submit(handle: &ControllerHandle, request: AdminRequest) -> Result<
 pub async fn allocate_producer_ids(handle: &ControllerHandle, machine: MachineId) -> Result<i64, SubmitError> {
     match request(handle, &Request::ProducerIds { machine: machine.get() }).await? {
         Answer::ProducerIds(start) => Ok(start),
-        Answer::Refused(reason) => Err(SubmitError::Remote(reason)),
+        Answer::Refused(_, reason) => Err(SubmitError::Remote(reason)),
         other => Err(SubmitError::Remote(format!("a producer-id request answered {other:?}"))),
     }
 }

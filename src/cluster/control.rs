@@ -333,7 +333,7 @@ pub fn register_machine(
 /// of its nodes leads a partition: move those first.
 pub fn unregister_machine(image: &ClusterImage, machine: u64) -> Result<Vec<MetadataRecord>, (ErrorCode, String)> {
     let Some((_, registered)) = image.machines.iter().find(|(id, _)| id.get() == machine) else {
-        return Err((ErrorCode::InvalidRequest, format!("machine {machine} is not registered")));
+        return Err((ErrorCode::BrokerIdNotRegistered, format!("machine {machine} is not registered")));
     };
     for topic in image.topics.values() {
         if let Some(index) = topic.partitions.iter().position(|p| registered.nodes.contains(&p.leader)) {
@@ -644,7 +644,12 @@ mod tests {
         let image = commit(&image, &register_machine(&image, 4, 1, None, &endpoints(4, 2), Some(2)).unwrap());
         let four = image.machines.iter().find(|(id, _)| id.get() == 4).unwrap().1;
         assert_eq!(four.nodes, vec![6, 7], "ids 4 and 5 belonged to machine 3, 2 is taken: the hint is ignored");
-        assert!(unregister_machine(&image, 3).is_err(), "gone already");
+        let gone = unregister_machine(&image, 3).unwrap_err();
+        assert_eq!(
+            gone.0,
+            ErrorCode::BrokerIdNotRegistered,
+            "gone already: what a retry forwarded by a lagging machine hears"
+        );
     }
 
     #[test]

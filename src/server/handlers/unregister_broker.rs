@@ -35,7 +35,7 @@ async fn unregister(shard: &Rc<Shard>, node: i32) -> Result<(), (ErrorCode, Stri
     };
     let request = bridge::Request::UnregisterMachine { machine: placed.machine };
     match bridge::request(handle, &request).await {
-        Ok(Answer::Refused(reason)) => Err((ErrorCode::InvalidRequest, reason)),
+        Ok(Answer::Refused(code, reason)) => Err((crate::protocol::error::from_code(code), reason)),
         Ok(_) => Ok(()),
         Err(err) => Err((bridge::failed_items(&[String::new()], &err)[0].error, err.to_string())),
     }
