@@ -18,6 +18,21 @@ pub const TOPIC_PARTITIONS_MAX: i32 = 100_000;
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 /// Longest long-poll a Fetch may ask for.
 pub const FETCH_WAIT_MS_MAX: i32 = 60_000;
+/// A follower not caught up with its leader for this long leaves the ISR
+/// (`replica.lag.time.max.ms`; Kafka's default is 30 s, which is how long
+/// acks=all writes stall on a dead follower that is not yet fenced). Five
+/// follower long polls, and above the controller's machine lease, so a
+/// machine that dies is fenced (and leaves every ISR at once) before its
+/// followers are dropped one partition at a time.
+pub const REPLICA_LAG_TIME_MS_MAX_DEFAULT: u64 = 5 * REPLICA_FETCH_WAIT_MS as u64;
+/// How long a follower's fetch waits at the leader for new data.
+pub const REPLICA_FETCH_WAIT_MS: i32 = 500;
+/// Bytes a follower asks for per partition and per fetch.
+pub const REPLICA_FETCH_PARTITION_BYTES_MAX: i32 = 1 << 20;
+/// Bytes a follower asks for per fetch.
+pub const REPLICA_FETCH_BYTES_MAX: i32 = 16 << 20;
+const _: () = assert!(REPLICA_FETCH_WAIT_MS < FETCH_WAIT_MS_MAX);
+const _: () = assert!(REPLICA_FETCH_PARTITION_BYTES_MAX as usize >= BATCH_BYTES_MAX_LIMIT / 64);
 /// Fetch sessions per core (Kafka's `max.incremental.fetch.session.cache.slots`
 /// is 1,000 per broker).
 pub const FETCH_SESSIONS_MAX: usize = 1_000;

@@ -31,5 +31,6 @@ pub mod log;
 pub mod metrics;
 pub mod net;
 pub mod protocol;
+pub mod replica;
 pub mod server;
 pub mod shard;

@@ -64,8 +64,8 @@ enum ClusterCommand {
         metrics_port: u16,
     },
     /// Remove a machine that is stopped for good, named by any of its node
-    /// ids (Kafka's UnregisterBroker). Refused while it runs or still leads a
-    /// partition; its node ids are never reused.
+    /// ids (Kafka's UnregisterBroker). Refused while it runs or still holds a
+    /// replica of a partition; its node ids are never reused.
     Unregister {
         /// A node id of the machine.
         node: i32,
@@ -219,6 +219,15 @@ struct ServeArgs {
     /// Export per-partition metrics (offsets, sizes, group lag per partition) [default: false].
     #[arg(long, env = "SHARDLOG_METRICS_PER_PARTITION")]
     metrics_per_partition: Option<bool>,
+    /// A follower not caught up with its leader for this long leaves the ISR (replica.lag.time.max.ms) [default: 2500].
+    #[arg(long, env = "SHARDLOG_REPLICA_LAG_TIME_MAX_MS")]
+    replica_lag_time_max_ms: Option<u64>,
+    /// Replicas of auto-created topics and of CreateTopics with -1, each on its own machine (default.replication.factor) [default: 1].
+    #[arg(long, env = "SHARDLOG_DEFAULT_REPLICATION_FACTOR")]
+    default_replication_factor: Option<i16>,
+    /// Topic default min.insync.replicas: in-sync replicas an acks=all write must reach [default: 1].
+    #[arg(long, env = "SHARDLOG_MIN_INSYNC_REPLICAS")]
+    min_insync_replicas: Option<i32>,
     /// Partitions of auto-created topics and of CreateTopics with -1 [default: 1].
     #[arg(long, env = "SHARDLOG_DEFAULT_PARTITIONS")]
     default_partitions: Option<i32>,
@@ -284,6 +293,9 @@ impl ServeArgs {
             log_format => config.log_format,
             metrics_port => config.metrics_port,
             metrics_per_partition => config.metrics_per_partition,
+            replica_lag_time_max_ms => config.replica_lag_time_max_ms,
+            default_replication_factor => config.topic.replication_factor,
+            min_insync_replicas => config.topic.min_insync_replicas,
             default_partitions => config.topic.partitions,
             retention_ms => config.topic.retention_ms,
             retention_bytes => config.topic.retention_bytes,

@@ -132,6 +132,10 @@ pub struct CoreCounters {
     /// Group generations completed by this core's coordinator.
     pub rebalances: u64,
     pub fetches: FetchKinds,
+    /// ISR changes this core's leaders had committed.
+    pub isr_changes: u64,
+    /// Bytes this core's followers copied from their leaders.
+    pub follower_fetched_bytes: u64,
 }
 
 /// Fetch requests by how they used fetch sessions.
@@ -164,6 +168,8 @@ impl Default for CoreCounters {
             task_delay: Histogram::default(),
             rebalances: 0,
             fetches: FetchKinds::default(),
+            isr_changes: 0,
+            follower_fetched_bytes: 0,
         }
     }
 }
@@ -299,6 +305,14 @@ pub fn record_fetch(kind: FetchKind) {
         FetchKind::Full => c.fetches.full += 1,
         FetchKind::Incremental => c.fetches.incremental += 1,
     });
+}
+
+pub fn record_isr_change() {
+    with(|c| c.isr_changes += 1);
+}
+
+pub fn record_follower_fetched(bytes: usize) {
+    with(|c| c.follower_fetched_bytes += bytes as u64);
 }
 
 pub fn record_rebalance() {
@@ -758,6 +772,18 @@ impl Exposition {
             "shardlog_group_rebalances",
             "Group generations completed (rebalances) by each core's coordinator.",
             self.per_core(|s| s.counters.rebalances),
+        )?;
+        counter(
+            out,
+            "shardlog_isr_changes",
+            "ISR shrinks and expands committed for the partitions each core leads.",
+            self.per_core(|s| s.counters.isr_changes),
+        )?;
+        counter(
+            out,
+            "shardlog_follower_fetched_bytes",
+            "Bytes each core's followers copied from their leaders.",
+            self.per_core(|s| s.counters.follower_fetched_bytes),
         )?;
         let lags = self.group_lags();
         let mut per_topic: BTreeMap<(&str, &str), i64> = BTreeMap::new();

@@ -328,8 +328,8 @@ fn a_machine_stopped_for_good_is_unregistered_by_an_admin_once_it_leads_nothing(
         std::thread::sleep(Duration::from_millis(50));
     }
     let leading = admin.unregister_broker(fourth[0]).expect("unregister");
-    assert_eq!(leading.error, ErrorCode::InvalidRequest, "it still leads partitions: {leading:?}");
-    assert!(leading.error_message.unwrap_or_default().contains("still leads"));
+    assert_eq!(leading.error, ErrorCode::InvalidRequest, "it still holds replicas: {leading:?}");
+    assert!(leading.error_message.unwrap_or_default().contains("still holds a replica"));
 
     assert!(admin.delete_topic("on-four").expect("delete").error.is_ok());
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_shardlog"))
@@ -388,4 +388,160 @@ fn a_machine_that_knows_only_one_gossip_seed_finds_the_voters_joins_and_is_fence
         assert!(back.elapsed() < Duration::from_secs(10), "machine 4 not back within 10 s");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The records of `answer`'s first partition, as (offset, value prefix).
+fn record_count(answer: &shardlog::protocol::fetch::FetchResponse) -> i64 {
+    answer.topics[0].partitions[0]
+        .records
+        .iter()
+        .map(|batch| {
+            i64::from(shardlog::protocol::record_batch::BatchHeader::parse(batch, usize::MAX).unwrap().record_count)
+        })
+        .sum()
+}
+
+fn partition_of<'a>(
+    metadata: &'a MetadataResponse,
+    topic: &str,
+    index: i32,
+) -> &'a shardlog::protocol::metadata::MetadataPartition {
+    let topic = metadata.topics.iter().find(|t| t.name == topic).expect("topic in metadata");
+    topic.partitions.iter().find(|p| p.index == index).expect("partition in metadata")
+}
+
+/// Produces one batch, retrying while the node has not yet learned that
+/// it leads (what clients do on NOT_LEADER_OR_FOLLOWER).
+fn produce_to_leader(
+    conn: &mut shardlog::client::Connection,
+    topic: &str,
+    partition: i32,
+    records: bytes::Bytes,
+    acks: i16,
+) -> shardlog::protocol::produce::ProducePartitionResponse {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = produce(conn, topic, partition, records.clone(), acks).topics[0].partitions[0].clone();
+        if answer.error != ErrorCode::NotLeaderOrFollower || Instant::now() > deadline {
+            return answer;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until `ready` holds for the metadata a live machine answers.
+fn await_metadata(
+    cluster: &Cluster,
+    via: usize,
+    what: &str,
+    ready: impl Fn(&MetadataResponse) -> bool,
+) -> MetadataResponse {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let metadata = cluster.metadata(cluster.machines[via].port);
+        if ready(&metadata) {
+            return metadata;
+        }
+        assert!(Instant::now() < deadline, "{what} within 20 s: {:?}", metadata.topics);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn every_write_acknowledged_by_all_replicas_survives_the_kill_of_its_leaders_machine() {
+    let _serial = serial();
+    let mut cluster = Cluster::start_voters(3, 3);
+    let configs = [("min.insync.replicas".to_string(), "2".to_string())].into();
+    let created = cluster.admin(1).create_topic_replicated("rep", 2, 3, &configs).expect("create");
+    assert!(created.error.is_ok(), "{created:?}");
+    let before = await_metadata(&cluster, 0, "a full ISR", |m| {
+        m.topics.iter().any(|t| t.name == "rep" && t.partitions.iter().all(|p| p.isr_nodes.len() == 3))
+    });
+    let placed = partition_of(&before, "rep", 0).clone();
+    let machines: std::collections::BTreeSet<u64> =
+        placed.replica_nodes.iter().map(|n| cluster.machine_of_port(port_of(&before, *n))).collect();
+    assert_eq!(machines.len(), 3, "three replicas on three machines: {placed:?}");
+
+    let leader_port = port_of(&before, placed.leader_id);
+    let mut conn = connect(leader_port);
+    for round in 0..20 {
+        let answer = &produce_to_leader(&mut conn, "rep", 0, batch(&format!("r{round}-"), 5), -1);
+        assert_eq!(answer.error, ErrorCode::None, "acks=all with a full ISR: {answer:?}");
+        assert_eq!(answer.base_offset, round * 5);
+    }
+    let dead = cluster.machine_of_port(leader_port);
+    cluster.machine(dead).kill();
+    let survivor = (0..3).find(|i| *i as u64 + 1 != dead).expect("a survivor");
+    let after = await_metadata(&cluster, survivor, "a new leader", |m| {
+        let p = partition_of(m, "rep", 0);
+        p.leader_id >= 0 && p.leader_id != placed.leader_id
+    });
+    let moved = partition_of(&after, "rep", 0);
+    assert!(moved.leader_epoch > placed.leader_epoch, "a new leader bumps the epoch: {placed:?} -> {moved:?}");
+    assert!(!moved.isr_nodes.contains(&placed.leader_id), "the dead machine left the ISR: {moved:?}");
+    let mut new_leader = connect(port_of(&after, moved.leader_id));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let read = loop {
+        let read = fetch(&mut new_leader, "rep", 0, 0, 500, 1);
+        if read.topics[0].partitions[0].high_watermark >= 100 {
+            break read;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new leader's high watermark reaches 100: {:?}",
+            read.topics[0].partitions[0].high_watermark
+        );
+    };
+    assert_eq!(read.topics[0].partitions[0].error, ErrorCode::None);
+    let mut offset = 0;
+    while offset < 100 {
+        let read = fetch(&mut new_leader, "rep", 0, offset, 100, 1);
+        let count = record_count(&read);
+        assert!(count > 0, "records at {offset}");
+        offset += count;
+    }
+    assert_eq!(offset, 100, "every acknowledged record, and nothing else");
+    let more = produce_to_leader(&mut new_leader, "rep", 0, batch("after-", 5), -1);
+    assert_eq!(more.error, ErrorCode::None, "two in-sync replicas meet min.insync.replicas=2");
+    assert_eq!(more.base_offset, 100);
+
+    // The dead machine returns, catches up and rejoins the ISR.
+    cluster.machine(dead).spawn();
+    await_metadata(&cluster, survivor, "the returning replica back in the ISR", |m| {
+        partition_of(m, "rep", 0).isr_nodes.len() == 3
+    });
+}
+
+#[test]
+fn acks_all_is_refused_with_not_enough_replicas_once_the_isr_is_below_min_insync() {
+    let _serial = serial();
+    let mut cluster = Cluster::start_voters(3, 3);
+    let configs = [("min.insync.replicas".to_string(), "3".to_string())].into();
+    let created = cluster.admin(1).create_topic_replicated("strict", 1, 3, &configs).expect("create");
+    assert!(created.error.is_ok(), "{created:?}");
+    let before = await_metadata(&cluster, 0, "a full ISR", |m| {
+        m.topics.iter().any(|t| t.name == "strict" && t.partitions.iter().all(|p| p.isr_nodes.len() == 3))
+    });
+    let placed = partition_of(&before, "strict", 0).clone();
+    let leader_port = port_of(&before, placed.leader_id);
+    let mut conn = connect(leader_port);
+    let written = produce_to_leader(&mut conn, "strict", 0, batch("ok-", 3), -1);
+    assert_eq!(written.error, ErrorCode::None);
+    let leader_machine = cluster.machine_of_port(leader_port);
+    let follower = placed
+        .replica_nodes
+        .iter()
+        .copied()
+        .find(|n| cluster.machine_of_port(port_of(&before, *n)) != leader_machine)
+        .unwrap();
+    let follower_machine = cluster.machine_of_port(port_of(&before, follower));
+    cluster.machine(follower_machine).kill();
+    let via = (leader_machine - 1) as usize;
+    await_metadata(&cluster, via, "the ISR without the dead follower", |m| {
+        partition_of(m, "strict", 0).isr_nodes.len() == 2
+    });
+    let refused = produce(&mut conn, "strict", 0, batch("no-", 3), -1);
+    assert_eq!(refused.topics[0].partitions[0].error, ErrorCode::NotEnoughReplicas);
+    let one = produce(&mut conn, "strict", 0, batch("one-", 3), 1);
+    assert_eq!(one.topics[0].partitions[0].error, ErrorCode::None, "acks=1 needs only the leader");
 }

@@ -104,7 +104,12 @@ fn topic_decider() -> Decider {
             configs: BTreeMap::new(),
             assignments: Vec::new(),
         };
-        let context = ControlContext { default_partitions: 1, check_topic_configs: &check_nothing, salt: 3 };
+        let context = ControlContext {
+            default_partitions: 1,
+            default_replication_factor: 1,
+            check_topic_configs: &check_nothing,
+            salt: 3,
+        };
         let decision = control::create_topics(image, &[request], &context);
         (decision.records, format!("{:?}", decision.items[0].error).into_bytes())
     })
@@ -119,7 +124,12 @@ fn create_topic(handle: &ControllerHandle, name: &str) -> Result<u64, SubmitErro
         assignments: Vec::new(),
     };
     block_on(handle.submit(Box::new(move |image: &ClusterImage| {
-        let context = ControlContext { default_partitions: 1, check_topic_configs: &check_nothing, salt: 1 };
+        let context = ControlContext {
+            default_partitions: 1,
+            default_replication_factor: 1,
+            check_topic_configs: &check_nothing,
+            salt: 1,
+        };
         let decision = control::create_topics(image, &[request], &context);
         (decision.records, decision.items)
     })))

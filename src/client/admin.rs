@@ -61,7 +61,7 @@ impl Admin {
     }
 
     /// UnregisterBroker v0: removes the machine `node` runs on, once it is
-    /// stopped and leads nothing.
+    /// stopped and holds no replica.
     pub fn unregister_broker(
         &mut self,
         node: i32,
@@ -78,11 +78,22 @@ impl Admin {
         partitions: i32,
         configs: &BTreeMap<String, String>,
     ) -> Result<AdminResult, ClientError> {
+        self.create_topic_replicated(name, partitions, -1, configs)
+    }
+
+    /// CreateTopics with a replication factor (-1: the broker's default).
+    pub fn create_topic_replicated(
+        &mut self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: &BTreeMap<String, String>,
+    ) -> Result<AdminResult, ClientError> {
         let request = CreateTopicsRequest {
             topics: vec![CreatableTopic {
                 name: name.into(),
                 num_partitions: partitions,
-                replication_factor: -1,
+                replication_factor,
                 assignments: Vec::new(),
                 configs: configs
                     .iter()

@@ -306,9 +306,19 @@ pub enum Request {
     ProducerIds {
         machine: u64,
     },
-    /// An administrator removes a fenced machine that leads nothing.
+    /// An administrator removes a fenced machine that holds no replica.
     UnregisterMachine {
         machine: u64,
+    },
+    /// A partition's leader changes its ISR (Kafka's AlterPartition).
+    AlterIsr {
+        topic_id: [u8; 16],
+        partition: i32,
+        leader: i32,
+        machine_epoch: u64,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        isr: Vec<i32>,
     },
 }
 
@@ -361,12 +371,9 @@ fn decide_request(image: &ClusterImage, config: &ServeConfig, request: &Request)
                 Err((error, reason)) => (Vec::new(), Answer::Refused(error.code(), reason)),
             }
         }
-        Request::UnfenceMachine { machine } => match image.machines.iter().find(|(id, _)| id.get() == *machine) {
-            Some((_, registered)) => (
-                vec![MetadataRecord::UnfenceMachine { machine: *machine, machine_epoch: registered.epoch }],
-                Answer::Done,
-            ),
-            None => (
+        Request::UnfenceMachine { machine } => match control::unfence_machine(image, *machine) {
+            records if !records.is_empty() => (records, Answer::Done),
+            _ => (
                 Vec::new(),
                 Answer::Refused(
                     ErrorCode::BrokerIdNotRegistered.code(),
@@ -391,6 +398,21 @@ fn decide_request(image: &ClusterImage, config: &ServeConfig, request: &Request)
                 Err((error, reason)) => (Vec::new(), Answer::Refused(error.code(), reason)),
             }
         }
+        Request::AlterIsr { topic_id, partition, leader, machine_epoch, leader_epoch, partition_epoch, isr } => {
+            let change = control::IsrChange {
+                topic_id: *topic_id,
+                partition: *partition,
+                leader: *leader,
+                machine_epoch: *machine_epoch,
+                leader_epoch: *leader_epoch,
+                partition_epoch: *partition_epoch,
+                isr: isr.clone(),
+            };
+            match control::alter_isr(image, &change) {
+                Ok(records) => (records, Answer::Done),
+                Err((error, reason)) => (Vec::new(), Answer::Refused(error.code(), reason)),
+            }
+        }
         Request::Admin(admin) => {
             let decision = decide(image, config, admin, crate::log::now_ms() ^ image.provenance.offset);
             let items = decision.items.into_iter().map(|i| (i.name, i.error.code(), i.message)).collect();
@@ -410,6 +432,18 @@ pub async fn request(handle: &ControllerHandle, request: &Request) -> Result<Ans
         .map_err(|err| SubmitError::Remote(format!("an answer that does not decode: {err}")))
 }
 
+/// Asks the controller for a partition's new ISR; the Kafka error code
+/// and why when it is refused or cannot be asked.
+pub async fn alter_isr(handle: &ControllerHandle, change: control::IsrChange) -> Result<(), (ErrorCode, String)> {
+    let control::IsrChange { topic_id, partition, leader, machine_epoch, leader_epoch, partition_epoch, isr } = change;
+    let asked = Request::AlterIsr { topic_id, partition, leader, machine_epoch, leader_epoch, partition_epoch, isr };
+    match request(handle, &asked).await {
+        Ok(Answer::Refused(code, reason)) => Err((crate::protocol::error::from_code(code), reason)),
+        Ok(_) => Ok(()),
+        Err(err) => Err((ErrorCode::NotController, err.to_string())),
+    }
+}
+
 /// Decides `request` on `image` with the broker's config checks; a
 /// validate-only request proposes nothing.
 pub fn decide(image: &ClusterImage, config: &ServeConfig, request: &AdminRequest, salt: u64) -> Decision {
@@ -427,8 +461,12 @@ pub fn decide(image: &ClusterImage, config: &ServeConfig, request: &AdminRequest
                     assignments: t.assignments.clone(),
                 })
                 .collect();
-            let context =
-                ControlContext { default_partitions: config.topic.partitions, check_topic_configs: &check_topic, salt };
+            let context = ControlContext {
+                default_partitions: config.topic.partitions,
+                default_replication_factor: config.topic.replication_factor,
+                check_topic_configs: &check_topic,
+                salt,
+            };
             (control::create_topics(image, &requests, &context), *validate_only)
         }
         AdminRequest::DeleteTopics { names } => (control::delete_topics(image, names), false),
@@ -566,7 +604,12 @@ mod tests {
         let epoch = image.machines[&MachineId::new(1).unwrap()].epoch;
         let image = commit(&image, &[MetadataRecord::UnfenceMachine { machine: 1, machine_epoch: epoch }]);
         let check = |_: &BTreeMap<String, String>| -> Result<(), String> { Ok(()) };
-        let context = ControlContext { default_partitions: 1, check_topic_configs: &check, salt: 3 };
+        let context = ControlContext {
+            default_partitions: 1,
+            default_replication_factor: 1,
+            check_topic_configs: &check,
+            salt: 3,
+        };
         let topics: Vec<TopicRequest> = ["a", "b"]
             .iter()
             .map(|name| TopicRequest {

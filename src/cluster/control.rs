@@ -9,7 +9,16 @@
 //! Placement is across machines: a new partition's leader is an unfenced
 //! node with the fewest partitions, preferring racks (then machines) that
 //! hold fewer of the topic's partitions, so a topic spreads over the cluster.
-//! One replica per partition until replication (issue 30).
+//! Its followers go to other machines (a machine holds at most one replica
+//! of a partition: its cores share one data directory), other racks first.
+//!
+//! Elections (issue 30): when a machine is fenced or registers again after
+//! a restart, its nodes leave every ISR (the last member stays, as the only
+//! replica known to hold every committed write) and each partition it led
+//! gets the first replica, in assignment order, that is in the ISR and
+//! serving; none: no leader until one of the ISR returns. When a machine is
+//! unfenced, leaderless partitions whose ISR it is in get it back.
+//! Unclean election (a replica outside the ISR) is never done here.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -28,7 +37,7 @@ pub struct TopicRequest {
     pub name: String,
     /// -1: `ControlContext::default_partitions`.
     pub partitions: i32,
-    /// -1 or 1 until replication.
+    /// -1: `ControlContext::default_replication_factor`.
     pub replication_factor: i16,
     pub configs: BTreeMap<String, String>,
     /// Explicit placement: (partition index, node ids of its replicas);
@@ -39,6 +48,8 @@ pub struct TopicRequest {
 /// What the controller needs besides the image.
 pub struct ControlContext<'a> {
     pub default_partitions: i32,
+    /// `default.replication.factor`.
+    pub default_replication_factor: i16,
     /// Validates a topic's configs.
     pub check_topic_configs: &'a ConfigCheck<'a>,
     /// Seeds topic ids (the shell passes time and the log offset).
@@ -72,23 +83,21 @@ pub fn create_topics(image: &ClusterImage, topics: &[TopicRequest], context: &Co
             decision.items.push(refused(ErrorCode::InvalidConfig, &reason));
             continue;
         }
-        let leaders = if topic.assignments.is_empty() {
+        let placed = if topic.assignments.is_empty() {
             let count = if topic.partitions == -1 { context.default_partitions } else { topic.partitions };
             if count <= 0 || count > constants::TOPIC_PARTITIONS_MAX {
                 decision.items.push(refused(ErrorCode::InvalidPartitions, "number of partitions must be 1 ..= 100000"));
                 continue;
             }
-            if topic.replication_factor != -1 && topic.replication_factor != 1 {
-                decision.items.push(refused(
-                    ErrorCode::InvalidReplicationFactor,
-                    "one replica per partition: replication across machines is not built yet",
-                ));
-                continue;
-            }
-            match load.place(image, count as usize) {
-                Some(leaders) => leaders,
-                None => {
-                    decision.items.push(refused(ErrorCode::InvalidReplicationFactor, "no unfenced node to place on"));
+            let factor = if topic.replication_factor == -1 {
+                context.default_replication_factor
+            } else {
+                topic.replication_factor
+            };
+            match load.place(image, count as usize, factor) {
+                Ok(placed) => placed,
+                Err((error, reason)) => {
+                    decision.items.push(refused(error, &reason));
                     continue;
                 }
             }
@@ -110,10 +119,10 @@ pub fn create_topics(image: &ClusterImage, topics: &[TopicRequest], context: &Co
                 continue;
             }
             let assignments: Vec<Vec<i32>> = sorted.into_iter().map(|(_, replicas)| replicas.clone()).collect();
-            match assigned_leaders(image, &assignments) {
-                Ok(leaders) => {
-                    load.count(&leaders);
-                    leaders
+            match check_assignments(image, &assignments) {
+                Ok(()) => {
+                    load.count(&assignments);
+                    assignments
                 }
                 Err((error, reason)) => {
                     decision.items.push(refused(error, &reason));
@@ -123,8 +132,8 @@ pub fn create_topics(image: &ClusterImage, topics: &[TopicRequest], context: &Co
         };
         let id = topic_id(name, context.salt.wrapping_add(nth as u64));
         decision.records.push(MetadataRecord::Topic { name: name.into(), topic_id: id });
-        for (index, leader) in leaders.iter().enumerate() {
-            decision.records.push(new_partition(id, index as i32, *leader));
+        for (index, replicas) in placed.into_iter().enumerate() {
+            decision.records.push(new_partition(id, index as i32, replicas));
         }
         for (key, value) in &topic.configs {
             decision.records.push(MetadataRecord::Config {
@@ -176,7 +185,7 @@ pub fn create_partitions(image: &ClusterImage, name: &str, count: i32, assignmen
         );
     }
     let added = (count - current) as usize;
-    let leaders = match assignments {
+    let placed = match assignments {
         Some(assignments) if assignments.len() != added => {
             return refused(
                 ErrorCode::InvalidReplicaAssignment,
@@ -186,17 +195,24 @@ pub fn create_partitions(image: &ClusterImage, name: &str, count: i32, assignmen
                 ),
             )
         }
-        Some(assignments) => match assigned_leaders(image, assignments) {
-            Ok(leaders) => leaders,
+        Some(assignments) => match check_assignments(image, assignments) {
+            Ok(()) => assignments.to_vec(),
             Err((error, reason)) => return refused(error, reason),
         },
-        None => match Load::of(image).place(image, added) {
-            Some(leaders) => leaders,
-            None => return refused(ErrorCode::InvalidReplicationFactor, "no unfenced node to place on".into()),
-        },
+        None => {
+            // New partitions get as many replicas as the first one has.
+            let factor = topic.partitions.first().map_or(1, |p| p.replicas.len()) as i16;
+            match Load::of(image).place(image, added, factor) {
+                Ok(placed) => placed,
+                Err((error, reason)) => return refused(error, reason),
+            }
+        }
     };
-    let records =
-        leaders.iter().enumerate().map(|(i, leader)| new_partition(topic.id, current + i as i32, *leader)).collect();
+    let records = placed
+        .into_iter()
+        .enumerate()
+        .map(|(i, replicas)| new_partition(topic.id, current + i as i32, replicas))
+        .collect();
     Decision { records, items: vec![ItemResult { name: name.into(), error: ErrorCode::None, message: None }] }
 }
 
@@ -317,29 +333,205 @@ pub fn register_machine(
         let mut kept: Vec<(usize, i32)> = nodes.iter().map(|n| (0, n.node_id)).collect();
         for topic in image.topics.values() {
             for (index, partition) in topic.partitions.iter().enumerate() {
-                if removed.contains(&partition.leader) {
+                // At most one replica of a partition per machine.
+                if let Some(gone) = partition.replicas.iter().find(|n| removed.contains(n)) {
                     kept.sort();
                     let to = kept[0].1;
                     kept[0].0 += 1;
-                    records.push(move_partition(topic.id, index as i32, to));
+                    records.push(rehome_replica(topic.id, index as i32, partition, *gone, to));
                 }
             }
         }
     }
+    // A registration fences the machine until the controller hears from
+    // it (KIP-631): its old self may have led partitions and been in ISRs
+    // with what it had before it restarted.
+    if !old.is_empty() {
+        let replayed = replayed(image, &records);
+        let down: BTreeSet<i32> = nodes.iter().map(|n| n.node_id).collect();
+        records.extend(leave(&replayed, &down));
+    }
     Ok(records)
 }
 
+/// Fences a machine (its lease ran out, or gossip declared it down): the
+/// FenceMachine record and the elections it brings.
+pub fn fence_machine(image: &ClusterImage, machine: u64) -> Vec<MetadataRecord> {
+    let Some((_, registered)) = image.machines.iter().find(|(id, _)| id.get() == machine) else { return Vec::new() };
+    let mut records = vec![MetadataRecord::FenceMachine { machine, machine_epoch: registered.epoch }];
+    let down: BTreeSet<i32> = registered.nodes.iter().copied().collect();
+    records.extend(leave(image, &down));
+    records
+}
+
+/// Fences several machines at once: each election sees the ones before it.
+pub fn fence_machines(image: &ClusterImage, machines: &[u64]) -> Vec<MetadataRecord> {
+    let mut working = image.clone();
+    let mut records = Vec::new();
+    for machine in machines {
+        let more = fence_machine(&working, *machine);
+        working = replayed(&working, &more);
+        records.extend(more);
+    }
+    records
+}
+
+/// Unfences a machine: the UnfenceMachine record, and leadership for the
+/// leaderless partitions whose ISR holds one of its nodes.
+pub fn unfence_machine(image: &ClusterImage, machine: u64) -> Vec<MetadataRecord> {
+    let Some((_, registered)) = image.machines.iter().find(|(id, _)| id.get() == machine) else { return Vec::new() };
+    let mut records = vec![MetadataRecord::UnfenceMachine { machine, machine_epoch: registered.epoch }];
+    let up: BTreeSet<i32> = registered.nodes.iter().copied().collect();
+    for topic in image.topics.values() {
+        for (index, partition) in topic.partitions.iter().enumerate() {
+            if partition.leader >= 0 {
+                continue;
+            }
+            let eligible = |n: &&i32| partition.isr.contains(n) && (up.contains(n) || serving(image, **n));
+            if let Some(leader) = partition.replicas.iter().find(eligible) {
+                records.push(MetadataRecord::PartitionChange(PartitionChange {
+                    topic_id: topic.id,
+                    partition: index as i32,
+                    leader: Some(*leader),
+                    isr: None,
+                    replicas: None,
+                }));
+            }
+        }
+    }
+    records
+}
+
+/// An ISR change a partition's leader asks for (Kafka's AlterPartition).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IsrChange {
+    pub topic_id: TopicId,
+    pub partition: i32,
+    pub leader: i32,
+    /// The epoch of the leader's machine (KIP-841: a restarted machine's
+    /// old requests are refused).
+    pub machine_epoch: u64,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    pub isr: Vec<i32>,
+}
+
+/// AlterPartition, with KRaft's checks: the requester still leads in that
+/// leader epoch, the change is made on the current partition epoch, and
+/// every replica joining the ISR is on a serving machine.
+pub fn alter_isr(image: &ClusterImage, change: &IsrChange) -> Result<Vec<MetadataRecord>, (ErrorCode, String)> {
+    let partition = image
+        .topics
+        .get(&change.topic_id)
+        .and_then(|t| t.partitions.get(usize::try_from(change.partition).ok()?))
+        .ok_or((ErrorCode::UnknownTopicOrPartition, "no such partition".to_string()))?;
+    let machine = image.nodes.get(&NodeId(change.leader)).map(|p| p.machine);
+    let machine_epoch = machine.and_then(|m| image.machines.iter().find(|(id, _)| id.get() == m)).map(|(_, m)| m.epoch);
+    if machine_epoch != Some(change.machine_epoch) {
+        return Err((ErrorCode::StaleBrokerEpoch, format!("machine epoch {} is not current", change.machine_epoch)));
+    }
+    if partition.leader != change.leader || partition.leader_epoch != change.leader_epoch {
+        return Err((
+            ErrorCode::FencedLeaderEpoch,
+            format!("leader {} epoch {} is not the current leader", change.leader, change.leader_epoch),
+        ));
+    }
+    if partition.partition_epoch != change.partition_epoch {
+        return Err((
+            ErrorCode::InvalidUpdateVersion,
+            format!("partition epoch {} is not the current {}", change.partition_epoch, partition.partition_epoch),
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    let valid = change.isr.contains(&change.leader)
+        && change.isr.iter().all(|n| partition.replicas.contains(n) && seen.insert(*n));
+    if !valid {
+        return Err((
+            ErrorCode::InvalidRequest,
+            format!("ISR {:?} is not a set of replicas with the leader", change.isr),
+        ));
+    }
+    if let Some(joining) = change.isr.iter().find(|n| !partition.isr.contains(n) && !serving(image, **n)) {
+        return Err((ErrorCode::IneligibleReplica, format!("replica {joining} is on a fenced machine")));
+    }
+    Ok(vec![MetadataRecord::PartitionChange(PartitionChange {
+        topic_id: change.topic_id,
+        partition: change.partition,
+        leader: None,
+        isr: Some(change.isr.clone()),
+        replicas: None,
+    })])
+}
+
+/// The partition changes that take the nodes `down` out of every ISR and
+/// leadership: each ISR loses them (keeping its last member), and each
+/// partition they led gets the first replica in assignment order that is
+/// in the new ISR and serving, or no leader.
+fn leave(image: &ClusterImage, down: &BTreeSet<i32>) -> Vec<MetadataRecord> {
+    let mut records = Vec::new();
+    for topic in image.topics.values() {
+        for (index, partition) in topic.partitions.iter().enumerate() {
+            let affected = down.contains(&partition.leader) || partition.isr.iter().any(|n| down.contains(n));
+            if !affected {
+                continue;
+            }
+            let mut isr: Vec<i32> = partition.isr.iter().copied().filter(|n| !down.contains(n)).collect();
+            if isr.is_empty() {
+                isr = partition.isr.clone();
+            }
+            let leader = if down.contains(&partition.leader) || partition.leader < 0 {
+                let eligible = |n: &&i32| isr.contains(n) && !down.contains(n) && serving(image, **n);
+                partition.replicas.iter().find(eligible).copied().unwrap_or(-1)
+            } else {
+                partition.leader
+            };
+            if leader == partition.leader && isr == partition.isr {
+                continue;
+            }
+            records.push(MetadataRecord::PartitionChange(PartitionChange {
+                topic_id: topic.id,
+                partition: index as i32,
+                leader: (leader != partition.leader).then_some(leader),
+                isr: (isr != partition.isr).then_some(isr),
+                replicas: None,
+            }));
+        }
+    }
+    records
+}
+
+/// Whether `node`'s machine is registered and not fenced.
+fn serving(image: &ClusterImage, node: i32) -> bool {
+    image
+        .nodes
+        .get(&NodeId(node))
+        .and_then(|p| image.machines.iter().find(|(id, _)| id.get() == p.machine))
+        .is_some_and(|(_, m)| !m.fenced)
+}
+
+/// `image` with `records` replayed (a decision made of several steps).
+fn replayed(image: &ClusterImage, records: &[MetadataRecord]) -> ClusterImage {
+    let mut delta = super::image::MetadataDelta::new(image);
+    for record in records {
+        delta.replay(image.provenance, record).expect("a decision replays on the image it was made on");
+    }
+    delta.finish().0
+}
+
 /// Removes a machine stopped for good (an admin command). Refused while any
-/// of its nodes leads a partition: move those first.
+/// of its nodes holds a replica (a fenced machine leads nothing, but it may
+/// be the last in-sync replica): move or delete those first.
 pub fn unregister_machine(image: &ClusterImage, machine: u64) -> Result<Vec<MetadataRecord>, (ErrorCode, String)> {
     let Some((_, registered)) = image.machines.iter().find(|(id, _)| id.get() == machine) else {
         return Err((ErrorCode::BrokerIdNotRegistered, format!("machine {machine} is not registered")));
     };
     for topic in image.topics.values() {
-        if let Some(index) = topic.partitions.iter().position(|p| registered.nodes.contains(&p.leader)) {
+        let holds =
+            |p: &std::sync::Arc<super::image::PartitionImage>| p.replicas.iter().any(|n| registered.nodes.contains(n));
+        if let Some(index) = topic.partitions.iter().position(holds) {
             return Err((
                 ErrorCode::InvalidRequest,
-                format!("machine {machine} still leads partition {index} of topic {}", topic.name),
+                format!("machine {machine} still holds a replica of partition {index} of topic {}", topic.name),
             ));
         }
     }
@@ -357,34 +549,42 @@ pub fn allocate_producer_ids(image: &ClusterImage, machine: u64) -> Result<(i64,
     Ok((start, vec![MetadataRecord::ProducerIds { machine, machine_epoch, next_producer_id }]))
 }
 
-fn new_partition(topic_id: TopicId, partition: i32, leader: i32) -> MetadataRecord {
+fn new_partition(topic_id: TopicId, partition: i32, replicas: Vec<i32>) -> MetadataRecord {
     MetadataRecord::Partition(PartitionRecord {
         topic_id,
         partition,
-        replicas: vec![leader],
-        isr: vec![leader],
-        leader,
+        leader: replicas[0],
+        isr: replicas.clone(),
+        replicas,
         leader_epoch: 0,
         partition_epoch: 0,
     })
 }
 
-fn move_partition(topic_id: TopicId, partition: i32, to: i32) -> MetadataRecord {
+/// Moves a partition's replica from a removed core's node `from` to
+/// another node `to` of the same machine (they share its data directory).
+fn rehome_replica(
+    topic_id: TopicId,
+    partition: i32,
+    registered: &super::image::PartitionImage,
+    from: i32,
+    to: i32,
+) -> MetadataRecord {
+    let swap = |nodes: &[i32]| nodes.iter().map(|n| if *n == from { to } else { *n }).collect::<Vec<i32>>();
     MetadataRecord::PartitionChange(PartitionChange {
         topic_id,
         partition,
-        leader: Some(to),
-        isr: Some(vec![to]),
-        replicas: Some(vec![to]),
+        leader: (registered.leader == from).then_some(to),
+        isr: Some(swap(&registered.isr)),
+        replicas: Some(swap(&registered.replicas)),
     })
 }
 
-/// The leader of each explicitly placed partition, checked as Kafka checks
-/// assignments.
-fn assigned_leaders(image: &ClusterImage, assignments: &[Vec<i32>]) -> Result<Vec<i32>, (ErrorCode, String)> {
+/// Explicit replica lists, checked as Kafka checks assignments, and on
+/// distinct machines.
+fn check_assignments(image: &ClusterImage, assignments: &[Vec<i32>]) -> Result<(), (ErrorCode, String)> {
     let invalid = |reason: String| Err((ErrorCode::InvalidReplicaAssignment, reason));
     let width = assignments.first().map_or(0, Vec::len);
-    let mut leaders = Vec::with_capacity(assignments.len());
     for replicas in assignments {
         if replicas.is_empty() {
             return invalid("a partition's replica list is empty".into());
@@ -401,46 +601,52 @@ fn assigned_leaders(image: &ClusterImage, assignments: &[Vec<i32>]) -> Result<Ve
         if replicas.len() != width {
             return invalid("All partitions should have the same number of replicas.".into());
         }
-        if replicas.len() > 1 {
-            return Err((
-                ErrorCode::InvalidReplicationFactor,
-                "one replica per partition: replication across machines is not built yet".into(),
-            ));
+        let mut machines = BTreeSet::new();
+        if replicas.iter().any(|n| !machines.insert(image.nodes[&NodeId(*n)].machine)) {
+            return invalid(format!("replicas {replicas:?} share a machine: each must be on its own"));
         }
-        leaders.push(replicas[0]);
     }
-    Ok(leaders)
+    Ok(())
 }
 
-/// Partitions led per node, and per machine and rack, for placement.
+/// Partitions led and replicas held per node, for placement.
 struct Load {
-    per_node: BTreeMap<i32, usize>,
+    leaders: BTreeMap<i32, usize>,
+    replicas: BTreeMap<i32, usize>,
 }
 
 impl Load {
     fn of(image: &ClusterImage) -> Self {
-        let mut per_node: BTreeMap<i32, usize> = image.nodes.keys().map(|n| (n.0, 0)).collect();
+        let mut load = Self { leaders: BTreeMap::new(), replicas: BTreeMap::new() };
         for topic in image.topics.values() {
             for partition in &topic.partitions {
-                if let Some(count) = per_node.get_mut(&partition.leader) {
-                    *count += 1;
+                *load.leaders.entry(partition.leader).or_default() += 1;
+                for replica in &partition.replicas {
+                    *load.replicas.entry(*replica).or_default() += 1;
                 }
             }
         }
-        Self { per_node }
+        load
     }
 
-    fn count(&mut self, leaders: &[i32]) {
-        for leader in leaders {
-            *self.per_node.entry(*leader).or_default() += 1;
+    fn count(&mut self, placed: &[Vec<i32>]) {
+        for replicas in placed {
+            if let Some(leader) = replicas.first() {
+                *self.leaders.entry(*leader).or_default() += 1;
+            }
+            for replica in replicas {
+                *self.replicas.entry(*replica).or_default() += 1;
+            }
         }
     }
 
-    /// Leaders for `count` new partitions of one topic: each on an unfenced
-    /// node that leads the fewest partitions; among those, in the rack and
-    /// then on the machine with the fewest of this topic's new partitions.
-    /// `None` when every machine is fenced.
-    fn place(&mut self, image: &ClusterImage, count: usize) -> Option<Vec<i32>> {
+    /// Replica lists, leader first, for `count` new partitions of one topic
+    /// with `factor` replicas each. The leader is an unfenced node that
+    /// leads the fewest partitions; among those, in the rack and then on
+    /// the machine with the fewest of this topic's new partitions. Each
+    /// follower is on another machine, in a rack the partition does not
+    /// use yet where there is one, on the node with the fewest replicas.
+    fn place(&mut self, image: &ClusterImage, count: usize, factor: i16) -> Result<Vec<Vec<i32>>, (ErrorCode, String)> {
         let live: Vec<(i32, u64, Option<&str>)> = image
             .nodes
             .iter()
@@ -449,18 +655,25 @@ impl Load {
                 (!machine.fenced).then_some((node.0, placement.machine, machine.rack.as_deref()))
             })
             .collect();
-        if live.is_empty() {
-            return None;
+        let machines: BTreeSet<u64> = live.iter().map(|(_, machine, _)| *machine).collect();
+        if factor < 1 {
+            return Err((ErrorCode::InvalidReplicationFactor, "Replication factor must be larger than 0.".into()));
+        }
+        if live.is_empty() || usize::from(factor as u16) > machines.len() {
+            return Err((
+                ErrorCode::InvalidReplicationFactor,
+                format!("Replication factor: {factor} larger than available brokers: {}.", machines.len()),
+            ));
         }
         let mut per_machine: BTreeMap<u64, usize> = BTreeMap::new();
         let mut per_rack: BTreeMap<Option<&str>, usize> = BTreeMap::new();
-        let mut leaders = Vec::with_capacity(count);
+        let mut placed = Vec::with_capacity(count);
         for _ in 0..count {
-            let (node, machine, rack) = *live
+            let &(leader, machine, rack) = live
                 .iter()
                 .min_by_key(|(node, machine, rack)| {
                     (
-                        self.per_node.get(node).copied().unwrap_or(0),
+                        self.leaders.get(node).copied().unwrap_or(0),
                         per_rack.get(rack).copied().unwrap_or(0),
                         per_machine.get(machine).copied().unwrap_or(0),
                         *node,
@@ -469,10 +682,27 @@ impl Load {
                 .expect("live is not empty");
             *per_rack.entry(rack).or_default() += 1;
             *per_machine.entry(machine).or_default() += 1;
-            *self.per_node.entry(node).or_default() += 1;
-            leaders.push(node);
+            *self.leaders.entry(leader).or_default() += 1;
+            *self.replicas.entry(leader).or_default() += 1;
+            let mut replicas = vec![leader];
+            let mut used_machines = vec![machine];
+            let mut used_racks = vec![rack];
+            while replicas.len() < factor as usize {
+                let &(node, machine, rack) = live
+                    .iter()
+                    .filter(|(_, machine, _)| !used_machines.contains(machine))
+                    .min_by_key(|(node, _, rack)| {
+                        (used_racks.contains(rack), self.replicas.get(node).copied().unwrap_or(0), *node)
+                    })
+                    .expect("enough machines, checked above");
+                *self.replicas.entry(node).or_default() += 1;
+                replicas.push(node);
+                used_machines.push(machine);
+                used_racks.push(rack);
+            }
+            placed.push(replicas);
         }
-        Some(leaders)
+        Ok(placed)
     }
 }
 
@@ -486,7 +716,12 @@ mod tests {
     }
 
     fn context() -> ControlContext<'static> {
-        ControlContext { default_partitions: 1, check_topic_configs: &check_nothing, salt: 7 }
+        ControlContext {
+            default_partitions: 1,
+            default_replication_factor: 1,
+            check_topic_configs: &check_nothing,
+            salt: 7,
+        }
     }
 
     /// Commits `records` on top of `image` (what the quorum and every
@@ -626,9 +861,12 @@ mod tests {
         let records = register_machine(&image, 2, 2, Some("a".into()), &endpoints(2, 1), None).unwrap();
         let image = commit(&image, &records);
         let partitions = &image.topic("t").unwrap().partitions;
-        assert!(partitions.iter().all(|p| p.leader == 2), "machine 2 keeps only node 2");
-        assert_eq!(partitions[1].leader_epoch, 1);
+        assert!(partitions.iter().all(|p| p.replicas == [2] && p.isr == [2]), "machine 2 keeps only node 2");
+        assert!(partitions.iter().all(|p| p.leader == -1), "registered again, the machine is fenced until heard");
         assert!(!image.nodes.contains_key(&NodeId(3)));
+        let image = commit(&image, &unfence_machine(&image, 2));
+        let partitions = &image.topic("t").unwrap().partitions;
+        assert!(partitions.iter().all(|p| p.leader == 2), "unfenced, it leads them again");
     }
 
     #[test]
@@ -637,7 +875,7 @@ mod tests {
         let request = TopicRequest { partitions: -1, assignments: vec![(0, vec![4])], ..topic("t", -1) };
         let image = commit(&image, &create_topics(&image, &[request], &context()).records);
         let refused = unregister_machine(&image, 3).unwrap_err();
-        assert!(refused.1.contains("still leads partition 0 of topic t"), "{refused:?}");
+        assert!(refused.1.contains("still holds a replica of partition 0 of topic t"), "{refused:?}");
         let image = commit(&image, &delete_topics(&image, &["t".into()]).records);
         let image = commit(&image, &unregister_machine(&image, 3).unwrap());
         assert!(!image.nodes.contains_key(&NodeId(4)) && !image.nodes.contains_key(&NodeId(5)));
@@ -660,5 +898,98 @@ mod tests {
         let (second, _) = allocate_producer_ids(&image, 2).unwrap();
         assert_eq!(second, first + constants::PRODUCER_ID_BLOCK);
         assert_eq!(allocate_producer_ids(&image, 42), Err(ErrorCode::InvalidRequest));
+    }
+
+    fn partition(image: &ClusterImage, name: &str, index: usize) -> super::super::image::PartitionImage {
+        (*image.topic(name).unwrap().partitions[index]).clone()
+    }
+
+    fn epoch_of(image: &ClusterImage, machine: u64) -> u64 {
+        image.machines.iter().find(|(id, _)| id.get() == machine).unwrap().1.epoch
+    }
+
+    #[test]
+    fn replicas_go_to_distinct_machines_and_to_each_rack() {
+        let image = cluster();
+        let request = TopicRequest { replication_factor: 2, ..topic("t", 6) };
+        let image = commit(&image, &create_topics(&image, &[request], &context()).records);
+        for p in &image.topic("t").unwrap().partitions {
+            assert_eq!(p.replicas.len(), 2);
+            assert_eq!(p.isr, p.replicas, "a new partition's ISR is all of its replicas");
+            assert_eq!(p.leader, p.replicas[0]);
+            let machines: BTreeSet<u64> = p.replicas.iter().map(|n| machine_of(&image, *n)).collect();
+            assert_eq!(machines.len(), 2, "{p:?}");
+            assert!(machines.contains(&3), "racks a and b both hold a replica (b is machine 3 alone): {p:?}");
+        }
+        let too_many = create_topics(&image, &[TopicRequest { replication_factor: 4, ..topic("u", 1) }], &context());
+        assert_eq!(too_many.items[0].error, ErrorCode::InvalidReplicationFactor);
+        assert!(too_many.records.is_empty());
+        let same_machine = TopicRequest { partitions: -1, assignments: vec![(0, vec![0, 1])], ..topic("v", -1) };
+        let refused = create_topics(&image, &[same_machine], &context());
+        assert_eq!(refused.items[0].error, ErrorCode::InvalidReplicaAssignment, "nodes 0 and 1 are one machine's");
+    }
+
+    #[test]
+    fn fencing_a_leader_elects_the_next_in_sync_replica_and_the_last_one_waits_for_its_return() {
+        let image = cluster();
+        let request = TopicRequest { partitions: -1, assignments: vec![(0, vec![0, 2, 4])], ..topic("t", -1) };
+        let image = commit(&image, &create_topics(&image, &[request], &context()).records);
+        let image = commit(&image, &fence_machine(&image, 1));
+        let p = partition(&image, "t", 0);
+        assert_eq!((p.leader, p.isr.clone(), p.leader_epoch), (2, vec![2, 4], 1), "the next in assignment order");
+        let image = commit(&image, &fence_machine(&image, 2));
+        let p = partition(&image, "t", 0);
+        assert_eq!((p.leader, p.isr.clone(), p.leader_epoch), (4, vec![4], 2));
+        let image = commit(&image, &fence_machine(&image, 3));
+        let p = partition(&image, "t", 0);
+        assert_eq!((p.leader, p.isr.clone()), (-1, vec![4]), "no clean leader: the last in-sync replica is kept");
+        let image = commit(&image, &unfence_machine(&image, 1));
+        assert_eq!(partition(&image, "t", 0).leader, -1, "node 0 is not in the ISR: never an unclean election");
+        let image = commit(&image, &unfence_machine(&image, 3));
+        let p = partition(&image, "t", 0);
+        assert_eq!((p.leader, p.leader_epoch), (4, 4), "the last in-sync replica leads again");
+    }
+
+    #[test]
+    fn a_restarted_machine_leaves_the_isrs_and_leaderships_it_had() {
+        let image = cluster();
+        let request = TopicRequest { partitions: -1, assignments: vec![(0, vec![0, 2])], ..topic("t", -1) };
+        let image = commit(&image, &create_topics(&image, &[request], &context()).records);
+        let again = register_machine(&image, 1, 2, Some("a".into()), &endpoints(1, 2), None).unwrap();
+        let image = commit(&image, &again);
+        let p = partition(&image, "t", 0);
+        assert_eq!((p.leader, p.isr.clone()), (2, vec![2]), "what it held before the restart is not vouched for");
+    }
+
+    #[test]
+    fn an_isr_change_needs_the_current_leader_epochs_and_serving_replicas() {
+        let image = cluster();
+        let request = TopicRequest { partitions: -1, assignments: vec![(0, vec![0, 2, 4])], ..topic("t", -1) };
+        let image = commit(&image, &create_topics(&image, &[request], &context()).records);
+        let id = image.topic_ids["t"];
+        let change = IsrChange {
+            topic_id: id,
+            partition: 0,
+            leader: 0,
+            machine_epoch: epoch_of(&image, 1),
+            leader_epoch: 0,
+            partition_epoch: 0,
+            isr: vec![0, 2],
+        };
+        let shrunk = commit(&image, &alter_isr(&image, &change).unwrap());
+        assert_eq!(partition(&shrunk, "t", 0).isr, vec![0, 2]);
+        assert_eq!(alter_isr(&shrunk, &change).unwrap_err().0, ErrorCode::InvalidUpdateVersion, "made on epoch 0");
+        let stale_leader = IsrChange { leader_epoch: 7, ..change.clone() };
+        assert_eq!(alter_isr(&image, &stale_leader).unwrap_err().0, ErrorCode::FencedLeaderEpoch);
+        let restarted = IsrChange { machine_epoch: 999, ..change.clone() };
+        assert_eq!(alter_isr(&image, &restarted).unwrap_err().0, ErrorCode::StaleBrokerEpoch);
+        let without_leader = IsrChange { isr: vec![2, 4], ..change.clone() };
+        assert_eq!(alter_isr(&image, &without_leader).unwrap_err().0, ErrorCode::InvalidRequest);
+        // Machine 3 fenced: node 4 cannot join again (KIP-841).
+        let fenced =
+            commit(&shrunk, &[MetadataRecord::FenceMachine { machine: 3, machine_epoch: epoch_of(&shrunk, 3) }]);
+        let grow = IsrChange { partition_epoch: 1, isr: vec![0, 2, 4], ..change };
+        assert_eq!(alter_isr(&fenced, &grow).unwrap_err().0, ErrorCode::IneligibleReplica);
+        assert!(alter_isr(&shrunk, &grow).is_ok());
     }
 }

@@ -139,7 +139,7 @@ pub enum ReplayError {
     UnknownMachine(u64),
     #[error("machine {machine} epoch {given} is stale (registered at {current})")]
     StaleMachineEpoch { machine: u64, given: u64, current: u64 },
-    #[error("machine {machine} leads partition {partition} of topic {topic} and cannot leave")]
+    #[error("machine {machine} holds a replica of partition {partition} of topic {topic} and cannot leave")]
     MachineStillLeads { machine: u64, topic: String, partition: i32 },
     #[error("node {node} is already registered by machine {owner}")]
     NodeTaken { node: i32, owner: u64 },
@@ -254,7 +254,9 @@ impl MetadataDelta {
         let nodes = self.machine_mut(machine, machine_epoch)?.nodes.clone();
         for topic in self.next.topics.values() {
             for (index, partition) in topic.partitions.iter().enumerate() {
-                if nodes.contains(&partition.leader) {
+                if partition.leader >= 0 && nodes.contains(&partition.leader)
+                    || partition.replicas.iter().any(|n| nodes.contains(n))
+                {
                     return Err(ReplayError::MachineStillLeads {
                         machine,
                         topic: topic.name.clone(),

@@ -682,9 +682,9 @@ impl LoopState {
         let Some(registered) = base.machines.get(&machine).filter(|m| m.incarnation == incarnation) else { return };
         self.heard.insert(machine.get(), (incarnation, Instant::now()));
         if registered.fenced {
-            let record = MetadataRecord::UnfenceMachine { machine: machine.get(), machine_epoch: registered.epoch };
             tracing::info!(%machine, "machine heard again; unfenced");
-            self.propose(vec![record], Origin::Controller);
+            let records = super::control::unfence_machine(base, machine.get());
+            self.propose(records, Origin::Controller);
         }
     }
 
@@ -704,8 +704,8 @@ impl LoopState {
             return;
         }
         tracing::warn!(%machine, "gossip declared the machine down; fenced before its lease ran out");
-        let record = MetadataRecord::FenceMachine { machine: machine.get(), machine_epoch: registered.epoch };
-        self.propose(vec![record], Origin::Controller);
+        let records = super::control::fence_machine(base, machine.get());
+        self.propose(records, Origin::Controller);
     }
 
     /// Fences every unfenced machine the controller has not heard from for
@@ -716,7 +716,7 @@ impl LoopState {
             return;
         }
         let base = self.speculative.as_ref().unwrap_or(&self.committed);
-        let mut records = Vec::new();
+        let mut expired = Vec::new();
         for (id, machine) in &base.machines {
             let heard = self.heard.entry(id.get()).or_insert((machine.incarnation, now));
             if heard.0 != machine.incarnation {
@@ -725,10 +725,11 @@ impl LoopState {
             let silent = now.duration_since(heard.1);
             if !machine.fenced && silent > MACHINE_LEASE {
                 tracing::warn!(machine = %id, silent_ms = silent.as_millis() as u64, "machine lease expired; fenced");
-                records.push(MetadataRecord::FenceMachine { machine: id.get(), machine_epoch: machine.epoch });
+                expired.push(id.get());
             }
         }
-        if !records.is_empty() {
+        if !expired.is_empty() {
+            let records = super::control::fence_machines(base, &expired);
             self.propose(records, Origin::Controller);
         }
     }

@@ -50,6 +50,10 @@ pub struct TopicDefaults {
     pub flush: String,
     pub max_message_bytes: usize,
     pub cleanup_policy: String,
+    /// `default.replication.factor`: replicas of a topic created without one.
+    pub replication_factor: i16,
+    /// `min.insync.replicas`: replicas an acks=all write must reach.
+    pub min_insync_replicas: i32,
 }
 
 impl Default for TopicDefaults {
@@ -64,6 +68,8 @@ impl Default for TopicDefaults {
             flush: log.flush.to_string(),
             max_message_bytes: log.batch_bytes_max,
             cleanup_policy: "delete".into(),
+            replication_factor: 1,
+            min_insync_replicas: log.min_insync_replicas,
         }
     }
 }
@@ -145,6 +151,9 @@ pub struct ServeConfig {
     /// Export per-partition series (offsets, sizes, group lag); off by
     /// default to bound label cardinality.
     pub metrics_per_partition: bool,
+    /// A follower not caught up for this long leaves the ISR
+    /// (`replica.lag.time.max.ms`).
+    pub replica_lag_time_max_ms: u64,
     pub topic: TopicDefaults,
     pub group: GroupSettings,
 }
@@ -180,6 +189,7 @@ impl Default for ServeConfig {
             log_format: LogFormat::Text,
             metrics_port: constants::METRICS_PORT_DEFAULT,
             metrics_per_partition: false,
+            replica_lag_time_max_ms: constants::REPLICA_LAG_TIME_MS_MAX_DEFAULT,
             topic: TopicDefaults::default(),
             group: GroupSettings::default(),
         }
@@ -260,6 +270,16 @@ impl ServeConfig {
         }
         if self.idle_timeout_ms == 0 || self.request_read_timeout_ms == 0 {
             return invalid("idle-timeout-ms", self.idle_timeout_ms.to_string(), "timeouts must be positive");
+        }
+        if self.topic.replication_factor < 1 || self.topic.min_insync_replicas < 1 {
+            return invalid(
+                "default-replication-factor",
+                format!("{} / min-insync-replicas {}", self.topic.replication_factor, self.topic.min_insync_replicas),
+                "both at least 1",
+            );
+        }
+        if self.replica_lag_time_max_ms < 100 {
+            return invalid("replica-lag-time-max-ms", self.replica_lag_time_max_ms.to_string(), "at least 100");
         }
         if self.io_memory_bytes < 64 * 1024 {
             return invalid("io-memory-bytes", self.io_memory_bytes.to_string(), "at least 64 KiB");
@@ -360,6 +380,7 @@ impl ServeConfig {
                 reason: "always, never, or milliseconds",
             })?,
             batch_bytes_max: d.max_message_bytes,
+            min_insync_replicas: d.min_insync_replicas,
             recycle_segments: self.segment_recycling,
             ..LogConfig::default()
         };
@@ -413,13 +434,14 @@ pub fn apply_topic_config(log: &mut LogConfig, name: &str, value: &str) -> Resul
         }
         "min.insync.replicas" => {
             let n: i32 = number("min.insync.replicas", value)?;
-            if n != 1 {
+            if n < 1 {
                 return Err(ConfigError::Invalid {
                     name: "min.insync.replicas",
                     value: value.into(),
-                    reason: "single node: must be 1",
+                    reason: "at least 1",
                 });
             }
+            log.min_insync_replicas = n;
         }
         "message.timestamp.type" => {
             if value != "CreateTime" {

@@ -80,6 +80,7 @@ pub mod recovery;
 mod retention;
 mod segment;
 pub mod sim_disk;
+mod truncate;
 mod write;
 mod write_behind;
 
@@ -152,6 +153,9 @@ pub struct LogConfig {
     pub pending_bytes_max: usize,
     /// Partition leader epoch patched into every batch.
     pub leader_epoch: i32,
+    /// `min.insync.replicas` of the partition's topic (replication reads
+    /// it; the log itself does not).
+    pub min_insync_replicas: i32,
     /// At a roll, write the new segment over the oldest one's file when
     /// retention would delete that segment anyway (`Segment::reuse`),
     /// instead of creating a new file and deleting the old one.
@@ -171,6 +175,7 @@ impl Default for LogConfig {
             cache_bytes_max: 1 << 30,
             pending_bytes_max: 8 << 20,
             leader_epoch: 0,
+            min_insync_replicas: 1,
             recycle_segments: true,
         }
     }
@@ -191,6 +196,8 @@ pub enum LogError {
     Failed(String),
     #[error("log is closed")]
     Closed,
+    #[error("a copied batch starts at {got}, not at the log end {expected}")]
+    NotContiguous { expected: i64, got: i64 },
     #[error("segment {path} is corrupt: {reason}")]
     Corrupt { path: String, reason: String },
 }
@@ -306,6 +313,8 @@ struct Inner {
     /// One unit per segment write in flight (held by the write's task).
     writes: Rc<Semaphore>,
     read_ahead: RefCell<ReadAhead>,
+    /// The high watermark replication allows (`set_high_watermark_limit`).
+    high_watermark_limit: Cell<i64>,
 }
 
 /// An I/O error the storage layer's test hook makes the next write or
@@ -443,13 +452,32 @@ impl Log {
         self.inner.state.borrow().log_end_offset
     }
 
-    /// The offset up to which consumers may read.
+    /// The offset up to which consumers may read: this log's own end
+    /// (`local_end_offset`), or less where replication sets a limit.
     pub fn high_watermark(&self) -> i64 {
+        self.local_end_offset().min(self.inner.high_watermark_limit.get())
+    }
+
+    /// What this replica holds as done under the flush policy: synced
+    /// batches under `always`, every appended one otherwise. A leader's
+    /// high watermark never passes it; a follower's fetch offset is it.
+    pub fn local_end_offset(&self) -> i64 {
         let state = self.inner.state.borrow();
         match self.inner.config.borrow().flush {
             FlushPolicy::Always => state.synced_end_offset,
             _ => state.log_end_offset,
         }
+    }
+
+    /// Sets the high watermark of a replicated partition (its leader's
+    /// ISR decides it); `i64::MAX` lifts it (one replica: the log's end).
+    /// Readers and waiters on `high_watermark` see it at once.
+    pub fn set_high_watermark_limit(&self, limit: i64) {
+        self.inner.high_watermark_limit.set(limit);
+    }
+
+    pub fn high_watermark_limit(&self) -> i64 {
+        self.inner.high_watermark_limit.get()
     }
 
     /// Bytes on disk in all segments.

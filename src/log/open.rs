@@ -177,6 +177,7 @@ impl Log {
                 fault: Cell::new(None),
                 writes: Rc::new(Semaphore::new(WRITES_IN_FLIGHT)),
                 read_ahead: RefCell::new(ReadAhead::default()),
+                high_watermark_limit: Cell::new(i64::MAX),
             }),
         };
         Ok((log, report))

@@ -13,12 +13,38 @@ use super::core_cache::{self, CachingLog};
 use super::read_ahead;
 use super::{Inner, Log, LogError, ReadOutput, State, READ_CHUNK_BYTES};
 
+/// How far a read may go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Visible {
+    /// Consumers: the high watermark.
+    HighWatermark,
+    /// Followers: the leader's own end (`Log::local_end_offset`).
+    LocalEnd,
+}
+
 impl Log {
+    fn visible_end(&self, visible: Visible) -> i64 {
+        match visible {
+            Visible::HighWatermark => self.high_watermark(),
+            Visible::LocalEnd => self.local_end_offset(),
+        }
+    }
+
     /// Reads whole batches from `offset`, up to `max_bytes` (at least one
     /// batch when any is available), never past the high-water mark.
     pub async fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadOutput, LogError> {
+        self.read_to(offset, max_bytes, Visible::HighWatermark).await
+    }
+
+    /// `read` for a follower of this (leader's) log: up to the leader's own
+    /// end, past the high watermark, which the follower's fetch moves.
+    pub async fn read_for_replica(&self, offset: i64, max_bytes: usize) -> Result<ReadOutput, LogError> {
+        self.read_to(offset, max_bytes, Visible::LocalEnd).await
+    }
+
+    async fn read_to(&self, offset: i64, max_bytes: usize, visible: Visible) -> Result<ReadOutput, LogError> {
         loop {
-            if let Some(done) = self.read_now(offset, max_bytes) {
+            if let Some(done) = self.read_now_to(offset, max_bytes, visible) {
                 return done;
             }
             // The read-ahead in flight is reading exactly this: wait for it.
@@ -31,9 +57,10 @@ impl Log {
                 None => break,
             }
         }
+        let end = self.visible_end(visible);
         let high_watermark = self.high_watermark();
         let log_start_offset = self.log_start_offset();
-        let batches = self.read_disk(offset, max_bytes, high_watermark).await?;
+        let batches = self.read_disk(offset, max_bytes, end).await?;
         if let Some(last) = batches.last() {
             let next = BatchHeader::parse(last, usize::MAX)?.last_offset() + 1;
             self.start_read_ahead(next, max_bytes);
@@ -45,19 +72,27 @@ impl Log {
     /// offset out of range, nothing new, or batches in the tail cache),
     /// None otherwise.
     pub fn read_now(&self, offset: i64, max_bytes: usize) -> Option<Result<ReadOutput, LogError>> {
+        self.read_now_to(offset, max_bytes, Visible::HighWatermark)
+    }
+
+    /// An offset up to the log's end is in range (Kafka's rule): a new
+    /// leader's high watermark may trail what a consumer read from the old
+    /// one until its followers fetch, and a read there finds nothing yet.
+    fn read_now_to(&self, offset: i64, max_bytes: usize, visible: Visible) -> Option<Result<ReadOutput, LogError>> {
+        let end = self.visible_end(visible);
         let high_watermark = self.high_watermark();
         let log_start_offset = self.log_start_offset();
-        if offset < log_start_offset || offset > high_watermark {
+        if offset < log_start_offset || offset > self.log_end_offset().max(high_watermark) {
             return Some(Err(LogError::OffsetOutOfRange { offset, log_start: log_start_offset, high_watermark }));
         }
         let mut out = ReadOutput { batches: Vec::new(), high_watermark, log_start_offset };
-        if offset == high_watermark {
+        if offset >= end {
             return Some(Ok(out));
         }
-        out.batches = match self.read_cache(offset, max_bytes, high_watermark) {
+        out.batches = match self.read_cache(offset, max_bytes, end) {
             Some(batches) => batches,
             None => {
-                let taken = self.inner.read_ahead.borrow_mut().take(offset, max_bytes, high_watermark)?;
+                let taken = self.inner.read_ahead.borrow_mut().take(offset, max_bytes, end)?;
                 if let Some(next) = taken.read_next {
                     self.start_read_ahead(next, max_bytes);
                 }
@@ -71,7 +106,7 @@ impl Log {
     /// only the disk holds (`read_ahead`): about as much as a read of
     /// `max_bytes` just took.
     fn start_read_ahead(&self, start: i64, max_bytes: usize) {
-        let high_watermark = self.high_watermark();
+        let high_watermark = self.local_end_offset();
         {
             let state = self.inner.state.borrow();
             let cached = state.cache.front().is_some_and(|b| b.base_offset <= start);

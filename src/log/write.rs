@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::rc::{Rc, Weak};
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 
 use crate::protocol::record_batch::{self, BatchHeader};
 
@@ -81,21 +81,44 @@ impl Log {
     /// base offset and leader epoch are patched in place, without a copy.
     /// Synchronous: two appends on the same core keep their call order.
     pub fn append(&self, mut batch: BytesMut, header: &BatchHeader) -> Result<Appended, LogError> {
-        let config = self.inner.config.borrow();
-        let mut state = self.inner.state.borrow_mut();
+        let limit = self.inner.config.borrow().batch_bytes_max;
+        let base_offset = self.check_append(batch.len(), limit, header)?;
+        record_batch::patch(&mut batch, base_offset, self.inner.config.borrow().leader_epoch);
+        Ok(self.push(batch.freeze(), base_offset, header))
+    }
+
+    /// Appends a batch copied from the partition's leader as it is, its
+    /// offsets and leader epoch included (a follower's log is the leader's,
+    /// byte for byte). It must start at this log's end.
+    pub fn append_copied(&self, batch: Bytes, header: &BatchHeader) -> Result<Appended, LogError> {
+        // The leader took it under the topic's limit when it was written;
+        // a limit lowered since does not apply to it.
+        let end = self.check_append(batch.len(), crate::constants::BATCH_BYTES_MAX_LIMIT, header)?;
+        if header.base_offset != end {
+            return Err(LogError::NotContiguous { expected: end, got: header.base_offset });
+        }
+        Ok(self.push(batch, end, header))
+    }
+
+    /// The offset the next batch gets, once the log can take it.
+    fn check_append(&self, len: usize, limit: usize, header: &BatchHeader) -> Result<i64, LogError> {
+        let state = self.inner.state.borrow();
         if let Some(cause) = &state.failed {
             return Err(LogError::Failed(cause.to_string()));
         }
         if state.closed {
             return Err(LogError::Closed);
         }
-        if batch.len() > config.batch_bytes_max {
-            return Err(LogError::BatchTooLarge { size: batch.len(), max: config.batch_bytes_max });
+        if len > limit {
+            return Err(LogError::BatchTooLarge { size: len, max: limit });
         }
-        assert_eq!(batch.len(), header.size_bytes);
-        let base_offset = state.log_end_offset;
+        assert_eq!(len, header.size_bytes);
+        Ok(state.log_end_offset)
+    }
+
+    fn push(&self, batch: Bytes, base_offset: i64, header: &BatchHeader) -> Appended {
+        let mut state = self.inner.state.borrow_mut();
         let last_offset = base_offset + i64::from(header.last_offset_delta);
-        record_batch::patch(&mut batch, base_offset, config.leader_epoch);
         state.log_end_offset = last_offset + 1;
         state.pending_bytes += batch.len();
         state.cache_bytes += batch.len();
@@ -105,10 +128,10 @@ impl Log {
             base_offset,
             last_offset,
             max_timestamp: header.max_timestamp,
-            data: batch.freeze(),
+            data: batch,
             seq,
         });
-        Ok(Appended { base_offset, last_offset })
+        Appended { base_offset, last_offset }
     }
 
     /// Resolves when the batch ending at `last_offset` is done under the flush

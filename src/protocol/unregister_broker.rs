@@ -1,7 +1,7 @@
 //! UnregisterBroker (key 64), version 0, both directions; flexible (KIP-500:
 //! an administrator removes a broker that is gone for good). shardlog
 //! unregisters the whole machine the named node belongs to, once it is
-//! fenced and leads nothing.
+//! fenced and holds no replica.
 //!
 //! ```text
 //! request   broker_id i32

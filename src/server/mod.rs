@@ -467,6 +467,7 @@ async fn run_core(start: CoreStart) {
     };
     glommio::spawn_local(shard.clone().run_maintenance()).detach();
     glommio::spawn_local(shard.clone().follow_controller()).detach();
+    glommio::spawn_local(shard.clone().run_isr_ticks()).detach();
     {
         let probing = shard.clone();
         glommio::spawn_local(crate::metrics::run_task_delay_probe(move || probing.shutting_down.get())).detach();

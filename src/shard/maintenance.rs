@@ -135,6 +135,7 @@ impl Shard {
         match Log::open(failed.log.dir().to_path_buf(), config).await {
             Ok((log, report)) => {
                 let partition = Rc::new(Partition::new(key.0.clone(), key.1, log));
+                partition.adopt_replica_state(failed);
                 if let Err(err) = partition.restore_producers(report.clean_shutdown).await {
                     tracing::error!(topic = %key.0, partition = key.1, error = %err, "reopened log unreadable");
                     return;

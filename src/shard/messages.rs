@@ -18,11 +18,11 @@ use crate::protocol::ErrorCode;
 /// since a clone would copy them.
 #[derive(Debug)]
 pub enum PartitionOp {
-    Produce { records: Option<BytesMut>, acks: i16, request_bytes: usize },
+    Produce { records: Option<BytesMut>, acks: i16, timeout_ms: i32, request_bytes: usize },
     Fetch { offset: i64, max_bytes: usize },
     ListOffsets { timestamp: i64 },
     DeleteRecords { offset: i64 },
-    OffsetForLeaderEpoch { leader_epoch: i32 },
+    OffsetForLeaderEpoch { current_leader_epoch: i32, leader_epoch: i32 },
 }
 
 #[derive(Debug, Clone)]

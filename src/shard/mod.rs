@@ -23,6 +23,7 @@ mod maintenance;
 mod messages;
 mod ops;
 pub mod partition;
+pub(crate) mod replication;
 pub mod report;
 mod table;
 
@@ -72,6 +73,11 @@ pub struct Shard {
     controller: Option<(ControllerHandle, MachineId)>,
     /// Fetch sessions opened on this core's connections.
     pub fetch_sessions: RefCell<fetch_sessions::FetchSessions>,
+    /// The partitions this core follows, by leader (`replication`).
+    pub(crate) followed: RefCell<replication::Followed>,
+    /// Held while partitions open, close or are cut and reopened: an image
+    /// applied and a follower's truncation never interleave.
+    restructure: Semaphore,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -109,6 +115,8 @@ impl Shard {
             groups: RefCell::new(None),
             controller,
             fetch_sessions: RefCell::new(fetch_sessions::FetchSessions::default()),
+            followed: RefCell::new(replication::Followed::default()),
+            restructure: Semaphore::new(1),
         })
     }
 
@@ -158,23 +166,32 @@ impl Shard {
         self.groups.borrow().clone()
     }
 
-    /// Opens the partitions this core owns in `image` and closes the ones it
-    /// no longer owns (deleted topics: their files are removed).
-    pub async fn apply_image(&self, image: Arc<MetadataImage>) -> Result<(), ShardError> {
+    /// Opens the partitions with a replica on this core in `image`, closes
+    /// the ones without (deleted topics, replicas moved away: their files
+    /// are removed), and gives each the role the image says (leader, sole
+    /// replica, follower).
+    pub async fn apply_image(self: &Rc<Self>, image: Arc<MetadataImage>) -> Result<(), ShardError> {
+        let _restructure = self.restructure.acquire_permit(1).await.expect("never closed");
         let current = self.image.borrow().version;
         assert!(image.version >= current, "metadata image versions only increase: {} after {current}", image.version);
         *self.image.borrow_mut() = image.clone();
-        let mut wanted: BTreeMap<(String, i32), crate::log::LogConfig> = BTreeMap::new();
         let node = image.node_of_shard(self.id).expect("a running core is a node of the image");
         let dynamic = image.dynamic_broker_configs(node);
-        for topic in image.durable.topics.values() {
-            let mut log_config = self.config.effective_topic_log_config(dynamic, &topic.configs)?;
-            for (index, p) in topic.partitions.iter().enumerate() {
-                if p.shard == self.id {
-                    log_config.leader_epoch = p.leader_epoch;
-                    wanted.insert((topic.name.clone(), index as i32), log_config.clone());
+        let desired = self.desired_replicas(&image);
+        let mut configs: BTreeMap<&str, crate::log::LogConfig> = BTreeMap::new();
+        let mut wanted: BTreeMap<(String, i32), crate::log::LogConfig> = BTreeMap::new();
+        for ((topic, index), replica) in &desired {
+            let base = match configs.get(topic.as_str()) {
+                Some(config) => config.clone(),
+                None => {
+                    let overrides = image.topic(topic).map(|t| t.configs.clone()).unwrap_or_default();
+                    let config = self.config.effective_topic_log_config(dynamic, &overrides)?;
+                    configs.insert(topic, config.clone());
+                    config
                 }
-            }
+            };
+            let log_config = crate::log::LogConfig { leader_epoch: replica.registration.leader_epoch, ..base };
+            wanted.insert((topic.clone(), *index), log_config);
         }
         let gone: Vec<(String, i32)> = self
             .partitions
@@ -186,6 +203,7 @@ impl Shard {
         for key in gone {
             let removed = self.partitions.borrow_mut().remove(&key.0, key.1);
             if let Some(partition) = removed {
+                self.forget_replica(&partition);
                 let log = &partition.log;
                 let closed = log.close().await;
                 if let Err(source) = closed.and_then(|_| log.remove_files()) {
@@ -214,7 +232,20 @@ impl Shard {
         futures::pin_mut!(opening);
         while let Some(opened) = opening.next().await {
             let partition = opened?;
+            let replicated = desired
+                .get(&(partition.topic.to_string(), partition.index))
+                .is_some_and(|d| d.registration.replicas.len() > 1);
+            if replicated {
+                // Nothing is known committed until a leader says so.
+                partition.log.set_high_watermark_limit(partition.log.log_start_offset());
+                *partition.replica.role.borrow_mut() = crate::replica::Role::Follower { leader: -1, leader_epoch: -1 };
+            }
             self.partitions.borrow_mut().insert(partition);
+        }
+        for ((topic, index), replica) in &desired {
+            if let Some(partition) = self.local_partition(topic, *index) {
+                self.take_role(&partition, replica).await?;
+            }
         }
         Ok(())
     }
@@ -240,6 +271,7 @@ impl Shard {
             log.inject_fault_nth(fault, nth);
         }
         let partition = Rc::new(Partition::new(topic.clone(), index, log));
+        partition.load_epochs().await;
         partition.restore_producers(report.clean_shutdown).await.map_err(|source| ShardError::Log {
             topic,
             partition: index,
@@ -250,7 +282,7 @@ impl Shard {
 
     /// Tells long polls and fetch sessions that `partition` has something
     /// new to read: records, a high watermark, a log start offset.
-    fn readable_changed(&self, partition: &Partition) {
+    pub(crate) fn readable_changed(&self, partition: &Partition) {
         self.fetch_sessions.borrow_mut().note_change(&partition.topic, partition.index);
         self.data_event.notify(usize::MAX);
     }

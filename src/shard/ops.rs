@@ -111,8 +111,9 @@ impl Shard {
             return error_reply(&op, index, code);
         };
         match op {
-            PartitionOp::Produce { records, request_bytes, .. } => {
-                PartitionReply::Produce(self.produce(&partition, records, request_bytes).await)
+            PartitionOp::Produce { records, acks, timeout_ms, request_bytes } => {
+                let wait = Durability { acks, timeout_ms };
+                PartitionReply::Produce(self.produce(&partition, records, request_bytes, wait).await)
             }
             PartitionOp::Fetch { offset, max_bytes } => {
                 PartitionReply::Fetch(fetch(&partition, offset, max_bytes).await)
@@ -127,18 +128,8 @@ impl Shard {
                 }
                 Err(err) => PartitionReply::DeleteRecords { low_watermark: -1, error: log_error_code(&err) },
             },
-            PartitionOp::OffsetForLeaderEpoch { leader_epoch } => {
-                let current = partition.log.config().leader_epoch;
-                if leader_epoch > current {
-                    PartitionReply::OffsetForLeaderEpoch { leader_epoch: -1, end_offset: -1, error: ErrorCode::None }
-                } else {
-                    // One epoch per partition on a single node: its end is the log end.
-                    PartitionReply::OffsetForLeaderEpoch {
-                        leader_epoch: current,
-                        end_offset: partition.log.log_end_offset(),
-                        error: ErrorCode::None,
-                    }
-                }
+            PartitionOp::OffsetForLeaderEpoch { current_leader_epoch, leader_epoch } => {
+                offset_for_leader_epoch(&partition, current_leader_epoch, leader_epoch)
             }
         }
     }
@@ -150,12 +141,20 @@ impl Shard {
         partition: &Partition,
         records: Option<BytesMut>,
         request_bytes: usize,
+        wait: Durability,
     ) -> ProducePartitionResponse {
         let index = partition.index;
         let Some(records) = records else {
             return ProducePartitionResponse::error(index, ErrorCode::CorruptMessage);
         };
         let log = &partition.log;
+        if !partition.replica.leads() {
+            return ProducePartitionResponse::error(index, ErrorCode::NotLeaderOrFollower);
+        }
+        let min_insync = log.config().min_insync_replicas.max(1) as usize;
+        if wait.acks == -1 && !partition.replica.enough_in_sync(min_insync) {
+            return ProducePartitionResponse::error(index, ErrorCode::NotEnoughReplicas);
+        }
         let batch_bytes_max = log.config().batch_bytes_max;
         let batches = match split_and_validate(records, batch_bytes_max) {
             Ok(batches) => batches,
@@ -200,7 +199,14 @@ impl Shard {
             if let Err(err) = log.wait_done(last).await {
                 return ProducePartitionResponse::error(index, log_error_code(&err));
             }
+            self.leader_log_moved(partition);
             self.readable_changed(partition);
+            if wait.acks == -1 {
+                let replicated = self.wait_replicated(partition, last, wait.timeout_ms).await;
+                if !replicated.is_ok() {
+                    return ProducePartitionResponse::error(index, replicated);
+                }
+            }
         }
         ProducePartitionResponse {
             index,
@@ -211,6 +217,47 @@ impl Shard {
             error_message: None,
         }
     }
+}
+
+/// When a produce counts as done: `acks` (0 and 1: the leader's own flush
+/// policy; -1: every in-sync replica) within `timeout_ms`.
+#[derive(Debug, Clone, Copy)]
+struct Durability {
+    acks: i16,
+    timeout_ms: i32,
+}
+
+/// OffsetForLeaderEpoch on the leader: where `leader_epoch` ends in this
+/// log, from the leader-epoch cache (KIP-101). A log with no cache (one
+/// replica, written before there was one) answers as before: the current
+/// epoch ends at the log end.
+fn offset_for_leader_epoch(partition: &Partition, current_leader_epoch: i32, leader_epoch: i32) -> PartitionReply {
+    let reply =
+        |leader_epoch, end_offset, error| PartitionReply::OffsetForLeaderEpoch { leader_epoch, end_offset, error };
+    let (leads, current) = {
+        let role = partition.replica.role.borrow();
+        (role.leads(), role.leader_epoch())
+    };
+    if !leads {
+        return reply(-1, -1, ErrorCode::NotLeaderOrFollower);
+    }
+    if current_leader_epoch > current {
+        return reply(-1, -1, ErrorCode::UnknownLeaderEpoch);
+    }
+    if current_leader_epoch >= 0 && current_leader_epoch < current {
+        return reply(-1, -1, ErrorCode::FencedLeaderEpoch);
+    }
+    let log_end = partition.log.log_end_offset();
+    let epochs = partition.replica.epochs.borrow();
+    if epochs.latest().is_none() {
+        return if leader_epoch > current {
+            reply(-1, -1, ErrorCode::None)
+        } else {
+            reply(current, log_end, ErrorCode::None)
+        };
+    }
+    let (epoch, end) = epochs.end_offset_for(leader_epoch, log_end);
+    reply(epoch, end, ErrorCode::None)
 }
 
 /// A batch the tail cache may keep: the request's slice itself when the
@@ -286,6 +333,7 @@ pub fn log_error_code(err: &LogError) -> ErrorCode {
         // Closed for shutdown (or deletion): the partition is leaving this
         // node, and a client retries elsewhere or after the restart.
         LogError::Closed => ErrorCode::NotLeaderOrFollower,
+        LogError::NotContiguous { .. } => ErrorCode::UnknownServerError,
         LogError::Io { .. } | LogError::Failed(_) | LogError::Corrupt { .. } => ErrorCode::KafkaStorageError,
     }
 }

@@ -36,6 +36,7 @@ use crate::constants::PRODUCER_BATCHES_REMEMBERED;
 use crate::log::Log;
 use crate::protocol::record_batch::BatchHeader;
 use crate::protocol::ErrorCode;
+use crate::replica::epochs::{self, LeaderEpochCache};
 
 /// Producer state as checks see it: by producer id, its epoch and the
 /// (first sequence, last sequence, base offset) of its recent batches.
@@ -57,6 +58,8 @@ pub struct Partition {
     has_snapshot: Cell<bool>,
     /// One snapshot write at a time (they share a temporary file).
     snapshot_lock: glommio::sync::Semaphore,
+    /// Leader or follower, the leader-epoch cache, acks=all waiters.
+    pub replica: crate::replica::Replica,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -87,7 +90,59 @@ impl Partition {
             replay_from: Cell::new(0),
             has_snapshot: Cell::new(false),
             snapshot_lock: glommio::sync::Semaphore::new(1),
+            replica: crate::replica::Replica::new(LeaderEpochCache::default()),
         }
+    }
+
+    /// Takes the replication state of the partition this one reopens: its
+    /// role, leader-epoch cache and high watermark.
+    pub fn adopt_replica_state(&self, from: &Partition) {
+        *self.replica.role.borrow_mut() = from.replica.role.borrow().clone();
+        *self.replica.epochs.borrow_mut() = from.replica.epochs.borrow().clone();
+        self.log.set_high_watermark_limit(from.log.high_watermark_limit());
+        from.replica.changed.notify(usize::MAX);
+    }
+
+    /// Reads the leader-epoch cache kept beside the log, without the
+    /// entries of batches past the log's end (a crash lost them).
+    pub async fn load_epochs(&self) {
+        let path = self.log.dir().join(epochs::FILE_NAME);
+        let raw = match self.log.disk().read_small_file(&path).await {
+            Ok(raw) => raw,
+            Err(err) => {
+                tracing::warn!(path = %path.display(), error = %err, "reading the leader-epoch cache failed; starting without");
+                None
+            }
+        };
+        let Some(raw) = raw else { return };
+        match LeaderEpochCache::decode(&raw) {
+            Some(mut cache) => {
+                cache.truncate_from(self.log.log_end_offset());
+                *self.replica.epochs.borrow_mut() = cache;
+            }
+            None => tracing::warn!(path = %path.display(), "the leader-epoch cache is damaged; starting without"),
+        }
+    }
+
+    /// Records that `epoch` starts at `start_offset` and persists the cache
+    /// (synced) when that changed it; before a batch of a new epoch is
+    /// written, so that the cache never misses an epoch the log holds.
+    pub async fn assign_epoch(&self, epoch: i32, start_offset: i64) -> std::io::Result<()> {
+        if !self.replica.epochs.borrow_mut().assign(epoch, start_offset) {
+            return Ok(());
+        }
+        self.persist_epochs().await
+    }
+
+    pub async fn persist_epochs(&self) -> std::io::Result<()> {
+        let encoded = self.replica.epochs.borrow().encode();
+        self.log.disk().replace_file(&self.log.dir().join(epochs::FILE_NAME), encoded, true).await
+    }
+
+    /// Drops the producer snapshot (a truncation cut batches it may
+    /// remember; the reopened partition rebuilds from the log).
+    pub async fn forget_producer_snapshot(&self) -> std::io::Result<()> {
+        self.log.disk().remove_if_present(&self.log.dir().join(SNAPSHOT_FILE)).await
     }
 
     /// Rebuilds producer state: the snapshot, then the batches after it.
@@ -120,7 +175,7 @@ impl Partition {
             producers.retain(|_, entry| !entry.batches.is_empty());
         }
         *self.producers.borrow_mut() = producers;
-        let offset = offset.clamp(log_start, self.log.high_watermark());
+        let offset = offset.clamp(log_start, self.log.local_end_offset());
         self.replay_from.set(offset);
         self.replay_producers_from(offset).await
     }
@@ -128,8 +183,8 @@ impl Partition {
     /// Records the sequences of every idempotent batch from `offset` to the
     /// high-water mark.
     async fn replay_producers_from(&self, mut offset: i64) -> Result<(), crate::log::LogError> {
-        while offset < self.log.high_watermark() {
-            let read = self.log.read(offset, 1 << 20).await?;
+        while offset < self.log.local_end_offset() {
+            let read = self.log.read_for_replica(offset, 1 << 20).await?;
             let Some(last) = read.batches.last() else { break };
             let next = BatchHeader::parse(last, usize::MAX)?.last_offset() + 1;
             for batch in &read.batches {

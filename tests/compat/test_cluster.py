@@ -15,6 +15,7 @@ from __future__ import annotations
 import concurrent.futures
 import shutil
 import subprocess
+import time
 from collections import Counter
 
 import pytest
@@ -153,3 +154,63 @@ def test_a_group_whose_members_bootstrap_from_different_machines_shares_the_topi
             assert state == "STABLE" and len(described) == 3, (machine.bootstrap, state, described)
     finally:
         cleanup_members(members)
+
+
+def test_an_idempotent_acks_all_producer_loses_and_repeats_nothing_when_a_leaders_machine_is_killed(
+        cluster, ck_consumer):
+    """Replication (issue 30): a topic with three replicas on three machines
+    and min.insync.replicas=2. confluent-kafka produces with acks=all and
+    idempotence through all three bootstraps; midway the machine leading
+    partition 0 dies by kill -9. librdkafka finds the new leaders and
+    retries; every message it reports delivered is read back once, in
+    order per partition, from the survivors."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    m1, m2, m3 = cluster
+    topic = unique_topic("replicated")
+    admin = AdminClient({"bootstrap.servers": m1.bootstrap})
+    futures = admin.create_topics([NewTopic(topic, 3, replication_factor=3,
+                                            config={"min.insync.replicas": "2"})])
+    futures[topic].result(timeout=30)
+    deadline = time.monotonic() + 20
+    while True:
+        md = admin.list_topics(topic, timeout=10).topics[topic]
+        if all(len(p.replicas) == 3 and len(p.isrs) == 3 for p in md.partitions.values()):
+            break
+        assert time.monotonic() < deadline, {p.id: (p.replicas, p.isrs) for p in md.partitions.values()}
+        time.sleep(0.1)
+    brokers = admin.list_topics(timeout=10).brokers
+    for p in md.partitions.values():
+        machines = {machine_of_port(cluster, brokers[r].port) for r in p.replicas}
+        assert len(machines) == 3, f"partition {p.id}: replicas {p.replicas} on machines {machines}"
+    leader_machine = machine_of_port(cluster, brokers[md.partitions[0].leader].port)
+
+    delivered, failed = [], []
+
+    def report(err, msg):
+        (failed if err is not None else delivered).append((msg.partition(), msg.value(), err))
+
+    producer = Producer({"bootstrap.servers": ",".join(m.bootstrap for m in cluster), "acks": "all",
+                         "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 60000})
+    total = 600
+    for i in range(total):
+        producer.produce(topic, value=f"v{i}".encode(), key=f"k{i % 30}".encode(), on_delivery=report)
+        producer.poll(0)
+        if i == total // 3:
+            producer.flush(30)
+            cluster[leader_machine - 1].kill()
+        time.sleep(0.002)
+    assert producer.flush(90) == 0, "every message settled"
+    assert not failed, failed[:5]
+    assert len(delivered) == total
+
+    survivor = next(m for i, m in enumerate(cluster) if i + 1 != leader_machine)
+    consumed = ck_read_topic(ck_consumer, survivor, topic, total, partitions=3)
+    values = Counter(c.value for c in consumed)
+    assert len(consumed) == total, f"{len(consumed)} read, {total} delivered"
+    assert set(values) == {f"v{i}".encode() for i in range(total)}
+    assert max(values.values()) == 1, [v for v, n in values.items() if n > 1][:5]
+    for partition in range(3):
+        mine = [int(c.value[1:]) for c in consumed if c.partition == partition]
+        assert mine == sorted(mine), f"partition {partition} out of order"

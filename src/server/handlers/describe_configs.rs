@@ -165,7 +165,7 @@ fn topic_value(log: &LogConfig, key: &str) -> String {
         "flush" => log.flush.to_string(),
         "max.message.bytes" => log.batch_bytes_max.to_string(),
         "cleanup.policy" => "delete".into(),
-        "min.insync.replicas" => "1".into(),
+        "min.insync.replicas" => log.min_insync_replicas.to_string(),
         "message.timestamp.type" => "CreateTime".into(),
         _ => String::new(),
     }

@@ -22,6 +22,12 @@ use crate::shard::{PartitionOp, PartitionReply, Shard, ShardId};
 pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -> DecodeResult<Outcome> {
     let version = request.header.api_version;
     let body = FetchRequest::decode(reader, version)?;
+    if body.replica_id >= 0 {
+        let answer = super::replica_fetch::answer(shard, &body).await;
+        let mut w = response(request);
+        answer.encode(&mut w, version);
+        return Ok(respond(w));
+    }
     let session = if version >= 7 {
         SessionRef { id: body.session_id, epoch: body.session_epoch }
     } else {

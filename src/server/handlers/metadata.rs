@@ -59,6 +59,15 @@ pub fn advertised(shard: &Shard, image: &MetadataImage, placement: Placement) ->
     }
 }
 
+/// Replica node ids as clients know the nodes: behind a shared listener,
+/// each machine's front node.
+fn as_advertised(shard: &Shard, image: &MetadataImage, nodes: Vec<i32>) -> Vec<i32> {
+    match shard.config.listener {
+        ListenerMode::PerCore => nodes,
+        ListenerMode::Shared => nodes.into_iter().map(|n| image.machine_front(NodeId(n)).map_or(n, |f| f.0)).collect(),
+    }
+}
+
 fn build(shard: &Shard, image: &MetadataImage, names: Option<&[String]>) -> MetadataResponse {
     let serving = image.serving_nodes();
     let brokers = serving
@@ -85,14 +94,22 @@ fn build(shard: &Shard, image: &MetadataImage, names: Option<&[String]>) -> Meta
                     .enumerate()
                     .map(|(index, (placement, epoch))| (index, epoch, advertised(shard, image, placement)))
                     .map(|(index, leader_epoch, leader)| match leader {
-                        Some(leader) => MetadataPartition {
-                            error: ErrorCode::None,
-                            index: index as i32,
-                            leader_id: leader.0,
-                            leader_epoch,
-                            replica_nodes: vec![leader.0],
-                            isr_nodes: vec![leader.0],
-                        },
+                        Some(leader) => {
+                            let (replica_nodes, isr_nodes) = match image.replicas_of(&name, index as i32) {
+                                (replicas, _) if replicas.is_empty() => (vec![leader.0], vec![leader.0]),
+                                (replicas, isr) => {
+                                    (as_advertised(shard, image, replicas), as_advertised(shard, image, isr))
+                                }
+                            };
+                            MetadataPartition {
+                                error: ErrorCode::None,
+                                index: index as i32,
+                                leader_id: leader.0,
+                                leader_epoch,
+                                replica_nodes,
+                                isr_nodes,
+                            }
+                        }
                         // As Kafka does, the replicas are still named.
                         None => {
                             let (replica_nodes, isr_nodes) = image.replicas_of(&name, index as i32);

@@ -19,6 +19,7 @@ mod log_dirs;
 mod metadata;
 mod offset_for_leader_epoch;
 mod produce;
+mod replica_fetch;
 mod unregister_broker;
 
 use std::rc::Rc;

@@ -19,9 +19,11 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
     for topic in &body.topics {
         for partition in &topic.partitions {
             let shard = shard.clone();
-            let (name, index, leader_epoch) = (topic.topic.clone(), partition.partition, partition.leader_epoch);
+            let (name, index) = (topic.topic.clone(), partition.partition);
+            let (current_leader_epoch, leader_epoch) = (partition.current_leader_epoch, partition.leader_epoch);
+            let op = PartitionOp::OffsetForLeaderEpoch { current_leader_epoch, leader_epoch };
             work.push(async move {
-                match shard.partition_op(&name, index, PartitionOp::OffsetForLeaderEpoch { leader_epoch }).await {
+                match shard.partition_op(&name, index, op).await {
                     PartitionReply::OffsetForLeaderEpoch { leader_epoch, end_offset, error } => {
                         EpochEndOffset { error, partition: index, leader_epoch, end_offset }
                     }

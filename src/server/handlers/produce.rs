@@ -16,6 +16,7 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
     let request_bytes = reader.remaining();
     let mut body = ProduceRequest::decode(reader, version)?;
     let acks = body.acks;
+    let timeout_ms = body.timeout_ms;
     let image = shard.image();
     let missing: Vec<String> =
         body.topics.iter().filter(|t| image.topic(&t.name).is_none()).map(|t| t.name.clone()).collect();
@@ -32,7 +33,10 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
                 if !valid_acks {
                     return ProducePartitionResponse::error(index, ErrorCode::InvalidRequiredAcks);
                 }
-                match shard.partition_op(&name, index, PartitionOp::Produce { records, acks, request_bytes }).await {
+                match shard
+                    .partition_op(&name, index, PartitionOp::Produce { records, acks, timeout_ms, request_bytes })
+                    .await
+                {
                     PartitionReply::Produce(answer) => answer,
                     _ => ProducePartitionResponse::error(index, ErrorCode::UnknownServerError),
                 }

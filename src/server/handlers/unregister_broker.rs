@@ -1,7 +1,7 @@
 //! UnregisterBroker: an administrator removes a machine that is gone for
 //! good, named by any of its nodes. The controller refuses while the
-//! machine serves (it must be stopped, and so fenced) or still leads a
-//! partition; its node ids are never given out again.
+//! machine serves (it must be stopped, and so fenced) or still holds a
+//! replica; its node ids are never given out again.
 
 use std::rc::Rc;
 
