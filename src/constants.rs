@@ -33,6 +33,9 @@ pub const REPLICA_FETCH_PARTITION_BYTES_MAX: i32 = 1 << 20;
 pub const REPLICA_FETCH_BYTES_MAX: i32 = 16 << 20;
 const _: () = assert!(REPLICA_FETCH_WAIT_MS < FETCH_WAIT_MS_MAX);
 const _: () = assert!(REPLICA_FETCH_PARTITION_BYTES_MAX as usize >= BATCH_BYTES_MAX_LIMIT / 64);
+/// How long a SIGTERM waits for the controller to move leadership away
+/// (controlled shutdown) before the machine stops anyway.
+pub const CONTROLLED_SHUTDOWN_WAIT_MS: u64 = 5_000;
 /// Fetch sessions per core (Kafka's `max.incremental.fetch.session.cache.slots`
 /// is 1,000 per broker).
 pub const FETCH_SESSIONS_MAX: usize = 1_000;

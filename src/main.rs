@@ -339,6 +339,10 @@ enum TopicCommand {
         name: String,
         #[arg(long, default_value_t = 1)]
         partitions: i32,
+        /// Replicas of each partition, each on its own machine [default: the
+        /// cluster's default.replication.factor].
+        #[arg(long)]
+        replication_factor: Option<i16>,
         /// Topic config, repeatable: --config retention.ms=60000
         #[arg(long = "config", value_parser = parse_key_value)]
         configs: Vec<(String, String)>,
@@ -490,12 +494,12 @@ fn topic(command: TopicCommand) -> Result<(), String> {
         }
     };
     match command {
-        TopicCommand::Create { name, partitions, configs, broker } => {
+        TopicCommand::Create { name, partitions, replication_factor, configs, broker } => {
             let configs: BTreeMap<String, String> = configs.into_iter().collect();
             check(
                 Admin::connect(&broker.brokers)
                     .map_err(fail)?
-                    .create_topic(&name, partitions, &configs)
+                    .create_topic_replicated(&name, partitions, replication_factor.unwrap_or(-1), &configs)
                     .map_err(fail)?,
             )?;
             println!("created topic {name} with {partitions} partitions");
@@ -517,7 +521,15 @@ fn topic(command: TopicCommand) -> Result<(), String> {
             for p in &topic.partitions {
                 let node = metadata.brokers.iter().find(|b| b.node_id == p.leader_id);
                 let address = node.map(|b| format!("{}:{}", b.host, b.port)).unwrap_or_default();
-                println!("  partition {}\tleader node {}\t{}", p.index, p.leader_id, address);
+                let list = |nodes: &[i32]| nodes.iter().map(i32::to_string).collect::<Vec<_>>().join(",");
+                println!(
+                    "  partition {}\tleader node {}\t{}\treplicas {}\tisr {}",
+                    p.index,
+                    p.leader_id,
+                    address,
+                    list(&p.replica_nodes),
+                    list(&p.isr_nodes)
+                );
             }
             println!("configs:");
             for (key, value, is_override) in admin.describe_topic_configs(&name).map_err(fail)? {

@@ -391,6 +391,14 @@ pub struct PartitionSnapshot {
     pub segments: usize,
     /// The log stopped taking appends after a write or sync error.
     pub failed: bool,
+    /// This core leads the partition (otherwise it follows).
+    pub leader: bool,
+    /// Led here with fewer in-sync replicas than replicas.
+    pub under_replicated: bool,
+    /// Led here with fewer in-sync replicas than `min.insync.replicas`.
+    pub under_min_isr: bool,
+    /// Led here: records the furthest follower is behind the leader's end.
+    pub follower_lag_records: i64,
 }
 
 /// The consumer groups a core coordinates.
@@ -653,7 +661,25 @@ impl Exposition {
             out,
             "shardlog_partition_leaders",
             "Partitions each core has open and leads.",
-            self.per_core(|s| s.partitions.len() as i64),
+            self.per_core(|s| s.partitions.iter().filter(|p| p.leader).count() as i64),
+        )?;
+        gauge(
+            out,
+            "shardlog_under_replicated_partitions",
+            "Partitions each core leads with fewer in-sync replicas than replicas.",
+            self.per_core(|s| s.partitions.iter().filter(|p| p.under_replicated).count() as i64),
+        )?;
+        gauge(
+            out,
+            "shardlog_under_min_isr_partitions",
+            "Partitions each core leads with fewer in-sync replicas than min.insync.replicas (acks=all refused).",
+            self.per_core(|s| s.partitions.iter().filter(|p| p.under_min_isr).count() as i64),
+        )?;
+        gauge(
+            out,
+            "shardlog_follower_lag_records_max",
+            "Records the furthest follower of a partition each core leads is behind.",
+            self.per_core(|s| s.partitions.iter().map(|p| p.follower_lag_records).max().unwrap_or(0)),
         )?;
         gauge(
             out,
@@ -1011,7 +1037,7 @@ pub fn status(snapshots: &[CoreSnapshot], context: &ScrapeContext, data_dir: &st
                 core: s.core,
                 node_id: s.node_id,
                 partitions: s.partitions_assigned,
-                leaders: s.partitions.len(),
+                leaders: s.partitions.iter().filter(|p| p.leader).count(),
                 log_size_bytes: s.partitions.iter().map(|p| p.size_bytes).sum::<u64>() + s.groups.offsets_log_bytes,
                 connections: s.counters.connections_open,
                 groups: s.groups.groups,
@@ -1105,6 +1131,10 @@ mod tests {
                 size_bytes: 1,
                 segments: 1,
                 failed: false,
+                leader: true,
+                under_replicated: false,
+                under_min_isr: false,
+                follower_lag_records: 0,
             })
             .collect();
         let mut coordinator = snapshot(1);

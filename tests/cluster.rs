@@ -545,3 +545,35 @@ fn acks_all_is_refused_with_not_enough_replicas_once_the_isr_is_below_min_insync
     let one = produce(&mut conn, "strict", 0, batch("one-", 3), 1);
     assert_eq!(one.topics[0].partitions[0].error, ErrorCode::None, "acks=1 needs only the leader");
 }
+
+#[test]
+fn sigterm_moves_leadership_away_before_the_machine_stops() {
+    let _serial = serial();
+    let mut cluster = Cluster::start_voters(3, 3);
+    let created = cluster.admin(1).create_topic_replicated("roll", 3, 3, &Default::default()).expect("create");
+    assert!(created.error.is_ok(), "{created:?}");
+    let before = await_metadata(&cluster, 0, "a full ISR", |m| {
+        m.topics.iter().any(|t| t.name == "roll" && t.partitions.iter().all(|p| p.isr_nodes.len() == 3))
+    });
+    let leader = partition_of(&before, "roll", 0).leader_id;
+    let stopping = cluster.machine_of_port(port_of(&before, leader));
+    let nodes: Vec<i32> = before
+        .brokers
+        .iter()
+        .filter(|b| cluster.machine_of_port(b.port as u16) == stopping)
+        .map(|b| b.node_id)
+        .collect();
+    assert_eq!(cluster.machine(stopping).stop(), 0, "a clean exit");
+    // At once, with no lease run out: the survivors already name others.
+    let survivor = (0..3).find(|i| *i as u64 + 1 != stopping).expect("a survivor");
+    let after = cluster.metadata(cluster.machines[survivor].port);
+    for index in 0..3 {
+        let p = partition_of(&after, "roll", index);
+        assert!(p.leader_id >= 0 && !nodes.contains(&p.leader_id), "partition {index} led elsewhere: {p:?}");
+        assert!(p.isr_nodes.iter().all(|n| !nodes.contains(n)), "the stopped machine left the ISR: {p:?}");
+    }
+    let moved = partition_of(&after, "roll", 0);
+    let mut conn = connect(port_of(&after, moved.leader_id));
+    let written = produce_to_leader(&mut conn, "roll", 0, batch("after-", 2), -1);
+    assert_eq!(written.error, ErrorCode::None);
+}

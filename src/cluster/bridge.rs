@@ -310,6 +310,12 @@ pub enum Request {
     UnregisterMachine {
         machine: u64,
     },
+    /// A machine shuts down (SIGTERM): it is fenced now, so its partitions
+    /// get other leaders and its replicas leave the ISRs before it stops
+    /// (KRaft's controlled shutdown).
+    ControlledShutdown {
+        machine: u64,
+    },
     /// A partition's leader changes its ISR (Kafka's AlterPartition).
     AlterIsr {
         topic_id: [u8; 16],
@@ -398,6 +404,7 @@ fn decide_request(image: &ClusterImage, config: &ServeConfig, request: &Request)
                 Err((error, reason)) => (Vec::new(), Answer::Refused(error.code(), reason)),
             }
         }
+        Request::ControlledShutdown { machine } => (control::fence_machine(image, *machine), Answer::Done),
         Request::AlterIsr { topic_id, partition, leader, machine_epoch, leader_epoch, partition_epoch, isr } => {
             let change = control::IsrChange {
                 topic_id: *topic_id,
@@ -430,6 +437,48 @@ pub async fn request(handle: &ControllerHandle, request: &Request) -> Result<Ans
     aligned.extend_from_slice(&bytes);
     rkyv::from_bytes::<Answer, rkyv::rancor::Error>(&aligned)
         .map_err(|err| SubmitError::Remote(format!("an answer that does not decode: {err}")))
+}
+
+/// A controlled shutdown (SIGTERM) of a machine of a cluster: stops its
+/// heartbeats, asks the controller to fence it, which moves the leadership
+/// of its partitions to other in-sync replicas, and waits (at most
+/// `wait`) until that commits. Producers then find the new leaders before
+/// this machine stops answering, so a rolling restart fails no produce. A
+/// machine alone (no other serving machine) skips it: there is nowhere to
+/// move leadership to.
+pub fn controlled_shutdown(handle: &ControllerHandle, machine: MachineId, wait: std::time::Duration) {
+    let image = handle.image();
+    let others_serve = image.machines.iter().any(|(id, m)| *id != machine && !m.fenced);
+    if !others_serve {
+        return;
+    }
+    handle.quiet();
+    let started = std::time::Instant::now();
+    let (done, finished) = flume::bounded(1);
+    let asking = handle.clone();
+    let _ = std::thread::Builder::new().name("shardlog-controlled-shutdown".into()).spawn(move || {
+        let request = Request::ControlledShutdown { machine: machine.get() };
+        let answer = futures_lite::future::block_on(self::request(&asking, &request));
+        let _ = done.send(answer.map(|_| ()));
+    });
+    match finished.recv_timeout(wait) {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => tracing::warn!(error = %err, "controlled shutdown refused; stopping anyway"),
+        Err(_) => tracing::warn!(
+            wait_ms = wait.as_millis() as u64,
+            "controlled shutdown not committed in time; stopping anyway"
+        ),
+    }
+    // The cores apply the committed image on their own (core 0 follows the
+    // controller); give them until they hold it.
+    while started.elapsed() < wait {
+        let fenced = handle.image().machines.get(&machine).is_some_and(|m| m.fenced);
+        if fenced {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "controlled shutdown: leadership moved away");
 }
 
 /// Asks the controller for a partition's new ISR; the Kafka error code

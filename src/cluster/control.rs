@@ -13,12 +13,13 @@
 //! of a partition: its cores share one data directory), other racks first.
 //!
 //! Elections (issue 30): when a machine is fenced or registers again after
-//! a restart, its nodes leave every ISR (the last member stays, as the only
-//! replica known to hold every committed write) and each partition it led
-//! gets the first replica, in assignment order, that is in the ISR and
-//! serving; none: no leader until one of the ISR returns. When a machine is
-//! unfenced, leaderless partitions whose ISR it is in get it back.
-//! Unclean election (a replica outside the ISR) is never done here.
+//! a restart, its nodes leave every ISR and each partition it led gets the
+//! first replica, in assignment order, that is in the ISR and serving. A
+//! partition whose in-sync replicas are all on that machine keeps its
+//! registration (they alone hold every committed write): its leader is
+//! unavailable while fenced and serves again once heard. When a machine is
+//! unfenced, leaderless partitions whose ISR it is in get it back. Unclean
+//! election (a replica outside the ISR) is never done here.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -475,9 +476,14 @@ fn leave(image: &ClusterImage, down: &BTreeSet<i32>) -> Vec<MetadataRecord> {
             if !affected {
                 continue;
             }
-            let mut isr: Vec<i32> = partition.isr.iter().copied().filter(|n| !down.contains(n)).collect();
+            let isr: Vec<i32> = partition.isr.iter().copied().filter(|n| !down.contains(n)).collect();
             if isr.is_empty() {
-                isr = partition.isr.clone();
+                // Every in-sync replica is going: none other may lead
+                // (unclean), so the registration stays as it is. Its
+                // leader is unavailable while fenced and leads again, in
+                // the same epoch, once heard (a restart of a machine alone
+                // changes no partition).
+                continue;
             }
             let leader = if down.contains(&partition.leader) || partition.leader < 0 {
                 let eligible = |n: &&i32| isr.contains(n) && !down.contains(n) && serving(image, **n);
@@ -862,11 +868,9 @@ mod tests {
         let image = commit(&image, &records);
         let partitions = &image.topic("t").unwrap().partitions;
         assert!(partitions.iter().all(|p| p.replicas == [2] && p.isr == [2]), "machine 2 keeps only node 2");
-        assert!(partitions.iter().all(|p| p.leader == -1), "registered again, the machine is fenced until heard");
+        assert!(partitions.iter().all(|p| p.leader == 2), "machine 2 keeps only node 2");
+        assert_eq!(partitions[1].leader_epoch, 1);
         assert!(!image.nodes.contains_key(&NodeId(3)));
-        let image = commit(&image, &unfence_machine(&image, 2));
-        let partitions = &image.topic("t").unwrap().partitions;
-        assert!(partitions.iter().all(|p| p.leader == 2), "unfenced, it leads them again");
     }
 
     #[test]
@@ -942,12 +946,12 @@ mod tests {
         assert_eq!((p.leader, p.isr.clone(), p.leader_epoch), (4, vec![4], 2));
         let image = commit(&image, &fence_machine(&image, 3));
         let p = partition(&image, "t", 0);
-        assert_eq!((p.leader, p.isr.clone()), (-1, vec![4]), "no clean leader: the last in-sync replica is kept");
+        assert_eq!((p.leader, p.isr.clone(), p.leader_epoch), (4, vec![4], 2), "no clean leader: kept as it is");
         let image = commit(&image, &unfence_machine(&image, 1));
-        assert_eq!(partition(&image, "t", 0).leader, -1, "node 0 is not in the ISR: never an unclean election");
+        assert_eq!(partition(&image, "t", 0).leader, 4, "node 0 is not in the ISR: never an unclean election");
         let image = commit(&image, &unfence_machine(&image, 3));
         let p = partition(&image, "t", 0);
-        assert_eq!((p.leader, p.leader_epoch), (4, 4), "the last in-sync replica leads again");
+        assert_eq!((p.leader, p.leader_epoch), (4, 2), "the last in-sync replica serves again, in its epoch");
     }
 
     #[test]

@@ -275,6 +275,9 @@ pub(crate) enum LoopEvent {
     },
     /// Gossip declared this machine down.
     Suspect(MachineId),
+    /// This machine is shutting down: no more heartbeats, so that the
+    /// controller does not unfence it again (controlled shutdown).
+    Quiet,
     Stop,
 }
 
@@ -427,6 +430,12 @@ impl ControllerHandle {
     /// heartbeats to the controller, which fences it when they stop.
     pub fn live(&self, incarnation: u64) {
         let _ = self.events.send(LoopEvent::Live { incarnation });
+    }
+
+    /// Stops this machine's heartbeats (a controlled shutdown fences it,
+    /// and a heartbeat would unfence it again).
+    pub fn quiet(&self) {
+        let _ = self.events.send(LoopEvent::Quiet);
     }
 
     /// Gossip declared `machine` down: the controller fences it now unless
@@ -583,6 +592,10 @@ impl LoopState {
                 return;
             }
             LoopEvent::Suspect(machine) => return self.suspected(machine),
+            LoopEvent::Quiet => {
+                self.incarnation = None;
+                return;
+            }
             LoopEvent::Stop => return,
         };
         self.run_commands(commands);

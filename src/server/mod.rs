@@ -285,6 +285,9 @@ pub fn serve(config: ServeConfig) -> Result<(), ServeError> {
     wait_for_signal();
     health.set_stopping();
     tracing::info!("shutting down");
+    let wait = Duration::from_millis(constants::CONTROLLED_SHUTDOWN_WAIT_MS);
+    bridge::controlled_shutdown(&controller.handle(), machine, wait);
+    await_cores_applied(&senders, &controller.handle());
     stop_cores(&senders);
     for handle in handles {
         let _ = handle.join();
@@ -352,6 +355,27 @@ fn wait_until_started(ready: &flume::Receiver<StartOutcome>, cores: usize) -> Re
         }
     }
     Ok(())
+}
+
+/// Waits (bounded) until every core holds the last committed image, so
+/// that they answer NOT_LEADER_OR_FOLLOWER for the partitions a controlled
+/// shutdown moved away before they stop.
+fn await_cores_applied(senders: &[flume::Sender<ShardMessage>], handle: &ControllerHandle) {
+    let committed = handle.image().provenance.offset;
+    let deadline = std::time::Instant::now() + Duration::from_millis(constants::CONTROLLED_SHUTDOWN_WAIT_MS);
+    for sender in senders {
+        loop {
+            let (reply, answer) = flume::bounded(1);
+            if sender.send(ShardMessage::ImageVersion { reply }).is_err() {
+                break;
+            }
+            match answer.recv_timeout(Duration::from_millis(500)) {
+                Ok(version) if version >= committed => break,
+                Ok(_) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+                _ => break,
+            }
+        }
+    }
 }
 
 /// Asks every core to shut down and waits for each to close its logs (bounded).

@@ -105,4 +105,8 @@ pub enum ShardMessage {
     Metrics {
         reply: flume::Sender<crate::metrics::CoreSnapshot>,
     },
+    /// The version of the image the core holds.
+    ImageVersion {
+        reply: flume::Sender<u64>,
+    },
 }

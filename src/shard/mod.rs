@@ -373,6 +373,9 @@ impl Shard {
                     })
                     .detach();
                 }
+                ShardMessage::ImageVersion { reply } => {
+                    let _ = reply.try_send(self.image().version);
+                }
                 ShardMessage::Metrics { reply } => {
                     let _ = reply.try_send(report::snapshot(&self));
                 }

@@ -63,7 +63,20 @@ pub fn snapshot(shard: &Shard) -> CoreSnapshot {
         .iter()
         .map(|partition| {
             let log = &partition.log;
+            let role = partition.replica.role.borrow();
+            let (under_replicated, under_min_isr, follower_lag_records) = match &*role {
+                crate::replica::Role::Leader(state) => {
+                    let end = log.log_end_offset();
+                    let lag = state.follower_ends().map(|(_, at)| if at < 0 { end } else { end - at }).max();
+                    (state.isr().len() < state.replicas().len(), !state.enough_in_sync(), lag.unwrap_or(0).max(0))
+                }
+                _ => (false, false, 0),
+            };
             PartitionSnapshot {
+                leader: role.leads(),
+                under_replicated,
+                under_min_isr,
+                follower_lag_records,
                 topic: partition.topic.to_string(),
                 partition: partition.index,
                 log_start_offset: log.log_start_offset(),
