@@ -45,10 +45,27 @@ enum Command {
         #[command(subcommand)]
         command: GroupCommand,
     },
+    /// Check a history of sends and polls (JSON lines, any Kafka-compatible cluster) for lost, duplicated,
+    /// inconsistent, skipped and out-of-order records, as Jepsen's Kafka workload does.
+    History {
+        #[command(subcommand)]
+        command: HistoryCommand,
+    },
     /// Show the broker's nodes (cores), their partitions and disk use.
     Cluster {
         #[command(subcommand)]
         command: ClusterCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum HistoryCommand {
+    /// Reads FILE (one JSON operation per line: see src/bench/history.rs) and reports every anomaly; exits 1 on any.
+    Check {
+        file: PathBuf,
+        /// Print the whole report as JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -419,6 +436,11 @@ fn main() -> ExitCode {
         Command::Topic { command } => topic(command),
         Command::Group { command } => group(command),
         Command::Cluster { command } => cluster(command),
+        Command::History { command: HistoryCommand::Check { file, json } } => match check_history(&file, json) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::FAILURE,
+            Err(message) => Err(message),
+        },
         Command::Bench(args) => match shardlog::bench::run(*args) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::FAILURE,
@@ -555,6 +577,38 @@ fn topic(command: TopicCommand) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// `shardlog history check`: true when the history holds no anomaly.
+fn check_history(file: &std::path::Path, json: bool) -> Result<bool, String> {
+    use shardlog::bench::history;
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let ops = history::parse(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+    let report = history::check(&ops);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+    }
+    println!(
+        "{} sends ({} acknowledged, {} indefinite, {} failed), {} polls{}",
+        report.sends,
+        report.acknowledged,
+        report.indefinite,
+        report.failed,
+        report.polls,
+        if report.drained { ", drained" } else { ", no final drain (unseen not checked)" }
+    );
+    let show = |name: &str, count: usize, first: String| {
+        println!("{name:<14} {count}{}", if count > 0 { format!("   e.g. {first}") } else { String::new() });
+    };
+    show("lost", report.lost.len(), format!("{:?}", report.lost.first()));
+    show("unseen", report.unseen.len(), format!("{:?}", report.unseen.first()));
+    show("duplicate", report.duplicates.len(), format!("{:?}", report.duplicates.first()));
+    show("inconsistent", report.inconsistent.len(), format!("{:?}", report.inconsistent.first()));
+    show("non-monotonic", report.non_monotonic.len(), format!("{:?}", report.non_monotonic.first()));
+    show("skipped", report.skipped.len(), format!("{:?}", report.skipped.first()));
+    show("phantom", report.phantom.len(), format!("{:?}", report.phantom.first()));
+    println!("{}", if report.is_valid() { "valid" } else { "INVALID" });
+    Ok(report.is_valid())
 }
 
 fn group(command: GroupCommand) -> Result<(), String> {

@@ -930,6 +930,7 @@ fn api_name(slot: usize) -> Option<&'static str> {
         ApiKey::AlterConfigs => "AlterConfigs",
         ApiKey::CreatePartitions => "CreatePartitions",
         ApiKey::DeleteGroups => "DeleteGroups",
+        ApiKey::ElectLeaders => "ElectLeaders",
         ApiKey::IncrementalAlterConfigs => "IncrementalAlterConfigs",
         ApiKey::AlterReplicaLogDirs => "AlterReplicaLogDirs",
         ApiKey::DescribeLogDirs => "DescribeLogDirs",

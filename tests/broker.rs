@@ -1039,8 +1039,8 @@ fn a_metadata_file_from_before_the_metadata_log_is_migrated_once() {
             name: "kept".into(),
             topic_id: [5; 16],
             partitions: vec![
-                PartitionInfo { shard: ShardId(1), leader_epoch: 3 },
-                PartitionInfo { shard: ShardId(0), leader_epoch: 0 },
+                PartitionInfo { shard: ShardId(1), leader_epoch: 3, replica: ShardId(1) },
+                PartitionInfo { shard: ShardId(0), leader_epoch: 0, replica: ShardId(0) },
             ],
             configs: [("retention.ms".to_string(), "3600000".to_string())].into(),
         },

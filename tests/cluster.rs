@@ -577,3 +577,65 @@ fn sigterm_moves_leadership_away_before_the_machine_stops() {
     let written = produce_to_leader(&mut conn, "roll", 0, batch("after-", 2), -1);
     assert_eq!(written.error, ErrorCode::None);
 }
+
+#[test]
+fn a_consumer_in_a_followers_rack_is_sent_to_that_follower_which_serves_up_to_its_high_watermark() {
+    let _serial = serial();
+    let mut cluster = Cluster::new(3, 3);
+    for (i, machine) in cluster.machines.iter_mut().enumerate() {
+        machine.args.extend(["--rack".to_string(), format!("rack-{}", i + 1)]);
+    }
+    let cluster = Cluster::start(cluster);
+    let created = cluster.admin(1).create_topic_replicated("racked", 1, 3, &Default::default()).expect("create");
+    assert!(created.error.is_ok(), "{created:?}");
+    let metadata = await_metadata(&cluster, 0, "a full ISR", |m| {
+        m.topics.iter().any(|t| t.name == "racked" && t.partitions.iter().all(|p| p.isr_nodes.len() == 3))
+    });
+    let placed = partition_of(&metadata, "racked", 0).clone();
+    let leader_machine = cluster.machine_of_port(port_of(&metadata, placed.leader_id));
+    let mut leader = connect(port_of(&metadata, placed.leader_id));
+    let written = produce_to_leader(&mut leader, "racked", 0, batch("r", 4), -1);
+    assert_eq!(written.error, ErrorCode::None);
+    let follower_machine = if leader_machine == 1 { 2 } else { 1 };
+    let follower = placed
+        .replica_nodes
+        .iter()
+        .copied()
+        .find(|n| cluster.machine_of_port(port_of(&metadata, *n)) == follower_machine)
+        .expect("a replica on the other machine");
+
+    let fetch_in = |conn: &mut shardlog::client::Connection, rack: &str| {
+        let mut request = common::fetch_request("racked", 0, 0, 100, 1);
+        request.rack_id = rack.into();
+        let reader = conn.request(shardlog::protocol::ApiKey::Fetch, 11, |w| request.encode(w, 11)).expect("fetch");
+        shardlog::client::decode(reader, 11, shardlog::protocol::fetch::FetchResponse::decode).expect("decode")
+    };
+    let own_rack = format!("rack-{leader_machine}");
+    let here = fetch_in(&mut leader, &own_rack);
+    assert_eq!(here.topics[0].partitions[0].preferred_read_replica, -1, "the leader is in the consumer's rack");
+    assert_eq!(record_count(&here), 4);
+    let elsewhere = fetch_in(&mut leader, &format!("rack-{follower_machine}"));
+    let redirected = &elsewhere.topics[0].partitions[0];
+    assert_eq!(redirected.preferred_read_replica, follower, "the in-sync follower in the consumer's rack");
+    assert!(redirected.records.is_empty());
+    let no_rack = fetch(&mut leader, "racked", 0, 0, 100, 1);
+    assert_eq!(no_rack.topics[0].partitions[0].preferred_read_replica, -1, "no rack: read from the leader");
+
+    // The follower serves the records once its high watermark covers them.
+    let mut at_follower = connect(port_of(&metadata, follower));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let read = fetch_in(&mut at_follower, &format!("rack-{follower_machine}"));
+        let answer = &read.topics[0].partitions[0];
+        assert_eq!(answer.error, ErrorCode::None, "a follower serves reads: {answer:?}");
+        assert_eq!(answer.preferred_read_replica, -1);
+        if record_count(&read) == 4 {
+            assert_eq!(answer.high_watermark, 4);
+            break;
+        }
+        assert!(Instant::now() < deadline, "the follower's high watermark reaches 4: {answer:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let refused = produce(&mut at_follower, "racked", 0, batch("no", 1), 1);
+    assert_eq!(refused.topics[0].partitions[0].error, ErrorCode::NotLeaderOrFollower, "followers take no writes");
+}

@@ -22,6 +22,7 @@ pub mod args;
 pub mod consumer;
 pub mod core;
 pub mod histogram;
+pub mod history;
 pub mod payload;
 pub mod plot;
 pub mod producer;

@@ -84,7 +84,16 @@ fn build_local_image(
                     partitions: topic
                         .partitions
                         .iter()
-                        .map(|p| PartitionInfo { shard: core_of(p.leader), leader_epoch: p.leader_epoch })
+                        .map(|p| PartitionInfo {
+                            shard: core_of(p.leader),
+                            leader_epoch: p.leader_epoch,
+                            replica: p
+                                .replicas
+                                .iter()
+                                .map(|n| core_of(*n))
+                                .find(|c| *c != NOT_LOCAL)
+                                .unwrap_or(NOT_LOCAL),
+                        })
                         .collect(),
                     configs: configs.cloned().unwrap_or_default(),
                 },
@@ -316,6 +325,12 @@ pub enum Request {
     ControlledShutdown {
         machine: u64,
     },
+    /// ElectLeaders: preferred (or unclean) elections for the partitions
+    /// named, every partition when None.
+    ElectLeaders {
+        unclean: bool,
+        partitions: Option<Vec<(String, Vec<i32>)>>,
+    },
     /// A partition's leader changes its ISR (Kafka's AlterPartition).
     AlterIsr {
         topic_id: [u8; 16],
@@ -403,6 +418,14 @@ fn decide_request(image: &ClusterImage, config: &ServeConfig, request: &Request)
                 Ok(records) => (records, Answer::Done),
                 Err((error, reason)) => (Vec::new(), Answer::Refused(error.code(), reason)),
             }
+        }
+        Request::ElectLeaders { unclean, partitions } => {
+            let (records, answers) = control::elect_leaders(image, *unclean, partitions.as_deref());
+            let items = answers
+                .into_iter()
+                .map(|(topic, partition, error, message)| (format!("{topic}/{partition}"), error.code(), message))
+                .collect();
+            (records, Answer::Items(items))
         }
         Request::ControlledShutdown { machine } => (control::fence_machine(image, *machine), Answer::Done),
         Request::AlterIsr { topic_id, partition, leader, machine_epoch, leader_epoch, partition_epoch, isr } => {
@@ -598,8 +621,8 @@ mod tests {
                 name: "t".into(),
                 topic_id: [3; 16],
                 partitions: vec![
-                    PartitionInfo { shard: ShardId(1), leader_epoch: 4 },
-                    PartitionInfo { shard: ShardId(0), leader_epoch: 0 },
+                    PartitionInfo { shard: ShardId(1), leader_epoch: 4, replica: ShardId(1) },
+                    PartitionInfo { shard: ShardId(0), leader_epoch: 0, replica: ShardId(0) },
                 ],
                 configs: [("retention.ms".to_string(), "1000".to_string())].into(),
             },

@@ -478,11 +478,22 @@ fn leave(image: &ClusterImage, down: &BTreeSet<i32>) -> Vec<MetadataRecord> {
             }
             let isr: Vec<i32> = partition.isr.iter().copied().filter(|n| !down.contains(n)).collect();
             if isr.is_empty() {
-                // Every in-sync replica is going: none other may lead
-                // (unclean), so the registration stays as it is. Its
-                // leader is unavailable while fenced and leads again, in
-                // the same epoch, once heard (a restart of a machine alone
-                // changes no partition).
+                // Every in-sync replica is going. Unless the topic allows
+                // an unclean election, none other may lead, so the
+                // registration stays as it is: its leader is unavailable
+                // while fenced and leads again, in the same epoch, once
+                // heard (a restart of a machine alone changes nothing).
+                let unclean = unclean_allowed(image, &topic.name)
+                    .then(|| partition.replicas.iter().copied().find(|n| !down.contains(n) && serving(image, *n)));
+                if let Some(Some(leader)) = unclean {
+                    records.push(MetadataRecord::PartitionChange(PartitionChange {
+                        topic_id: topic.id,
+                        partition: index as i32,
+                        leader: Some(leader),
+                        isr: Some(vec![leader]),
+                        replicas: None,
+                    }));
+                }
                 continue;
             }
             let leader = if down.contains(&partition.leader) || partition.leader < 0 {
@@ -501,6 +512,115 @@ fn leave(image: &ClusterImage, down: &BTreeSet<i32>) -> Vec<MetadataRecord> {
                 isr: (isr != partition.isr).then_some(isr),
                 replicas: None,
             }));
+        }
+    }
+    records
+}
+
+/// Whether `topic` sets `unclean.leader.election.enable=true`: then a
+/// replica outside the ISR may lead when no in-sync one can, losing the
+/// writes only the ISR held.
+fn unclean_allowed(image: &ClusterImage, topic: &str) -> bool {
+    image.configs.topics.get(topic).and_then(|c| c.get(UNCLEAN_CONFIG)).is_some_and(|v| v == "true")
+}
+
+/// The topic config that allows unclean elections (off by default).
+pub const UNCLEAN_CONFIG: &str = "unclean.leader.election.enable";
+
+/// One partition's election answer: topic, partition, error, message.
+pub type Election = (String, i32, ErrorCode, Option<String>);
+
+/// ElectLeaders (KIP-460): for each partition named (every partition when
+/// `wanted` is None), a preferred election moves leadership to the first
+/// replica when it is in the ISR and serving; an unclean one gives a
+/// partition without a serving leader the first in-sync serving replica,
+/// or else the first serving one (its ISR then that replica alone).
+/// Answers per partition: ELECTION_NOT_NEEDED when it already has the
+/// leader asked for, PREFERRED_LEADER_NOT_AVAILABLE or
+/// ELIGIBLE_LEADERS_NOT_AVAILABLE when no replica qualifies.
+pub fn elect_leaders(
+    image: &ClusterImage,
+    unclean: bool,
+    wanted: Option<&[(String, Vec<i32>)]>,
+) -> (Vec<MetadataRecord>, Vec<Election>) {
+    let named: Vec<(String, Vec<i32>)> = match wanted {
+        Some(wanted) => wanted.to_vec(),
+        None => image.topics.values().map(|t| (t.name.clone(), (0..t.partitions.len() as i32).collect())).collect(),
+    };
+    let mut records = Vec::new();
+    let mut answers = Vec::new();
+    for (name, indexes) in named {
+        for index in indexes {
+            let found = image.topic(&name).and_then(|t| Some((t.id, t.partitions.get(usize::try_from(index).ok()?)?)));
+            let Some((topic_id, partition)) = found else {
+                answers.push((
+                    name.clone(),
+                    index,
+                    ErrorCode::UnknownTopicOrPartition,
+                    Some("no such partition".into()),
+                ));
+                continue;
+            };
+            let change = |leader: i32, isr: Option<Vec<i32>>| {
+                MetadataRecord::PartitionChange(PartitionChange {
+                    topic_id,
+                    partition: index,
+                    leader: Some(leader),
+                    isr,
+                    replicas: None,
+                })
+            };
+            let (error, message) = if !unclean {
+                let preferred = partition.replicas[0];
+                if partition.leader == preferred {
+                    (ErrorCode::ElectionNotNeeded, Some(format!("replica {preferred} already leads")))
+                } else if partition.isr.contains(&preferred) && serving(image, preferred) {
+                    records.push(change(preferred, None));
+                    (ErrorCode::None, None)
+                } else {
+                    let why = format!("preferred replica {preferred} is not in the ISR or its machine is fenced");
+                    (ErrorCode::PreferredLeaderNotAvailable, Some(why))
+                }
+            } else if partition.leader >= 0 && serving(image, partition.leader) {
+                (ErrorCode::ElectionNotNeeded, Some(format!("replica {} leads", partition.leader)))
+            } else if let Some(clean) =
+                partition.replicas.iter().find(|n| partition.isr.contains(n) && serving(image, **n))
+            {
+                records.push(change(*clean, None));
+                (ErrorCode::None, None)
+            } else if let Some(any) = partition.replicas.iter().find(|n| serving(image, **n)) {
+                records.push(change(*any, Some(vec![*any])));
+                (ErrorCode::None, None)
+            } else {
+                (ErrorCode::EligibleLeadersNotAvailable, Some("no replica's machine is serving".into()))
+            };
+            answers.push((name.clone(), index, error, message));
+        }
+    }
+    (records, answers)
+}
+
+/// The leader balancer: preferred elections for at most `max` partitions
+/// whose preferred replica is in the ISR and serving but does not lead
+/// (Kafka's auto.leader.rebalance). After a machine returns, its
+/// partitions go back to it once it has caught up.
+pub fn balance_leaders(image: &ClusterImage, max: usize) -> Vec<MetadataRecord> {
+    let mut records = Vec::new();
+    for topic in image.topics.values() {
+        for (index, partition) in topic.partitions.iter().enumerate() {
+            if records.len() >= max {
+                return records;
+            }
+            let preferred = partition.replicas[0];
+            if partition.leader != preferred && partition.isr.contains(&preferred) && serving(image, preferred) {
+                records.push(MetadataRecord::PartitionChange(PartitionChange {
+                    topic_id: topic.id,
+                    partition: index as i32,
+                    leader: Some(preferred),
+                    isr: None,
+                    replicas: None,
+                }));
+            }
         }
     }
     records
@@ -952,6 +1072,79 @@ mod tests {
         let image = commit(&image, &unfence_machine(&image, 3));
         let p = partition(&image, "t", 0);
         assert_eq!((p.leader, p.leader_epoch), (4, 2), "the last in-sync replica serves again, in its epoch");
+    }
+
+    #[test]
+    fn preferred_elections_and_the_balancer_move_leadership_back_once_the_preferred_replica_is_in_sync() {
+        let image = cluster();
+        let request = TopicRequest { partitions: -1, assignments: vec![(0, vec![0, 2])], ..topic("t", -1) };
+        let image = commit(&image, &create_topics(&image, &[request], &context()).records);
+        let wanted = [("t".to_string(), vec![0, 5])];
+        let (records, answers) = elect_leaders(&image, false, Some(&wanted));
+        assert!(records.is_empty());
+        assert_eq!(answers[0].2, ErrorCode::ElectionNotNeeded);
+        assert_eq!(answers[1].2, ErrorCode::UnknownTopicOrPartition);
+        let image = commit(&image, &fence_machine(&image, 1));
+        assert_eq!(partition(&image, "t", 0).leader, 2);
+        let (_, answers) = elect_leaders(&image, false, None);
+        assert_eq!(answers[0].2, ErrorCode::PreferredLeaderNotAvailable, "node 0 is fenced and out of the ISR");
+        assert!(balance_leaders(&image, 10).is_empty());
+        let image = commit(&image, &unfence_machine(&image, 1));
+        assert!(balance_leaders(&image, 10).is_empty(), "back, but not in the ISR yet");
+        let id = image.topic_ids["t"];
+        let p = partition(&image, "t", 0);
+        let grow = IsrChange {
+            topic_id: id,
+            partition: 0,
+            leader: 2,
+            machine_epoch: epoch_of(&image, 2),
+            leader_epoch: p.leader_epoch,
+            partition_epoch: p.partition_epoch,
+            isr: vec![2, 0],
+        };
+        let image = commit(&image, &alter_isr(&image, &grow).unwrap());
+        let (records, answers) = elect_leaders(&image, false, None);
+        assert_eq!(answers[0].2, ErrorCode::None);
+        assert_eq!(records, balance_leaders(&image, 10), "the balancer does what the election does");
+        let image = commit(&image, &records);
+        assert_eq!(partition(&image, "t", 0).leader, 0);
+    }
+
+    #[test]
+    fn an_unclean_election_happens_only_where_the_topic_allows_it() {
+        let image = cluster();
+        for (name, unclean) in [("clean", "false"), ("unclean", "true")] {
+            let configs = [(UNCLEAN_CONFIG.to_string(), unclean.to_string())].into();
+            let request =
+                TopicRequest { partitions: -1, configs, assignments: vec![(0, vec![0, 2])], ..topic(name, -1) };
+            let decision = create_topics(&image, &[request], &context());
+            assert!(decision.items[0].error.is_ok());
+            let image2 = commit(&image, &decision.records);
+            // Node 2 falls out of the ISR; then node 0's machine dies.
+            let id = image2.topic_ids[name];
+            let p = partition(&image2, name, 0);
+            let shrink = IsrChange {
+                topic_id: id,
+                partition: 0,
+                leader: 0,
+                machine_epoch: epoch_of(&image2, 1),
+                leader_epoch: p.leader_epoch,
+                partition_epoch: p.partition_epoch,
+                isr: vec![0],
+            };
+            let image2 = commit(&image2, &alter_isr(&image2, &shrink).unwrap());
+            let image2 = commit(&image2, &fence_machine(&image2, 1));
+            let p = partition(&image2, name, 0);
+            if unclean == "true" {
+                assert_eq!((p.leader, p.isr.clone()), (2, vec![2]), "{name}: the out-of-sync replica leads");
+            } else {
+                assert_eq!((p.leader, p.isr.clone()), (0, vec![0]), "{name}: kept for its in-sync replica");
+                let (records, answers) = elect_leaders(&image2, true, None);
+                assert_eq!(answers.iter().find(|a| a.0 == name).unwrap().2, ErrorCode::None, "an admin may force it");
+                let forced = commit(&image2, &records);
+                assert_eq!(partition(&forced, name, 0).isr, vec![2]);
+            }
+        }
     }
 
     #[test]

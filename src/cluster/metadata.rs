@@ -27,14 +27,19 @@ pub struct NodeInfo {
     pub shard: ShardId,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionInfo {
-    /// The core that owns (leads) the partition.
+    /// The core that owns (leads) the partition; `bridge::NOT_LOCAL` when
+    /// its leader is on another machine.
     pub shard: ShardId,
     pub leader_epoch: i32,
+    /// The core that holds this machine's replica, leader or follower
+    /// (a machine holds at most one); `NOT_LOCAL` when it holds none.
+    /// Reads may be served there (KIP-392).
+    pub replica: ShardId,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicInfo {
     pub name: String,
     pub topic_id: [u8; 16],
@@ -43,8 +48,9 @@ pub struct TopicInfo {
     pub configs: BTreeMap<String, String>,
 }
 
-/// What is persisted: the durable part of the image.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+/// The durable part of the image (what `metadata.rkyv` held before the
+/// metadata log; `Stored*` below are that file's layout).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PersistedMetadata {
     pub cluster_id: String,
     pub topics: BTreeMap<String, TopicInfo>,
@@ -58,22 +64,100 @@ pub struct PersistedMetadata {
     pub node_configs: BTreeMap<i32, BTreeMap<String, String>>,
 }
 
-/// The format `SLMETA01` files hold (before dynamic broker configs); read
-/// once at start and written back in the current format.
+/// `metadata.rkyv` as `SLMETA02` files hold it.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
-struct PersistedMetadataV1 {
+struct StoredMetadata {
     cluster_id: String,
-    topics: BTreeMap<String, TopicInfo>,
+    topics: BTreeMap<String, StoredTopic>,
+    producer_id_next: i64,
+    broker_configs: BTreeMap<String, String>,
+    node_configs: BTreeMap<i32, BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+struct StoredTopic {
+    name: String,
+    topic_id: [u8; 16],
+    partitions: Vec<StoredPartition>,
+    configs: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+struct StoredPartition {
+    shard: ShardId,
+    leader_epoch: i32,
+}
+
+/// The format `SLMETA01` files hold (before dynamic broker configs); read
+/// once at start and migrated.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+struct StoredMetadataV1 {
+    cluster_id: String,
+    topics: BTreeMap<String, StoredTopic>,
     producer_id_next: i64,
 }
 
-impl From<PersistedMetadataV1> for PersistedMetadata {
-    fn from(old: PersistedMetadataV1) -> Self {
+impl From<StoredMetadataV1> for StoredMetadata {
+    fn from(old: StoredMetadataV1) -> Self {
         Self {
             cluster_id: old.cluster_id,
             topics: old.topics,
             producer_id_next: old.producer_id_next,
             ..Default::default()
+        }
+    }
+}
+
+impl From<StoredMetadata> for PersistedMetadata {
+    fn from(stored: StoredMetadata) -> Self {
+        let topics = stored
+            .topics
+            .into_iter()
+            .map(|(name, topic)| {
+                let partitions = topic
+                    .partitions
+                    .into_iter()
+                    .map(|p| PartitionInfo { shard: p.shard, leader_epoch: p.leader_epoch, replica: p.shard })
+                    .collect();
+                (name, TopicInfo { name: topic.name, topic_id: topic.topic_id, partitions, configs: topic.configs })
+            })
+            .collect();
+        Self {
+            cluster_id: stored.cluster_id,
+            topics,
+            producer_id_next: stored.producer_id_next,
+            broker_configs: stored.broker_configs,
+            node_configs: stored.node_configs,
+        }
+    }
+}
+
+impl From<&PersistedMetadata> for StoredMetadata {
+    fn from(metadata: &PersistedMetadata) -> Self {
+        let topics = metadata
+            .topics
+            .iter()
+            .map(|(name, topic)| {
+                let partitions = topic
+                    .partitions
+                    .iter()
+                    .map(|p| StoredPartition { shard: p.shard, leader_epoch: p.leader_epoch })
+                    .collect();
+                let stored = StoredTopic {
+                    name: topic.name.clone(),
+                    topic_id: topic.topic_id,
+                    partitions,
+                    configs: topic.configs.clone(),
+                };
+                (name.clone(), stored)
+            })
+            .collect();
+        Self {
+            cluster_id: metadata.cluster_id.clone(),
+            topics,
+            producer_id_next: metadata.producer_id_next,
+            broker_configs: metadata.broker_configs.clone(),
+            node_configs: metadata.node_configs.clone(),
         }
     }
 }
@@ -208,6 +292,39 @@ impl MetadataImage {
             .and_then(|id| self.cluster.topics.get(id))
             .and_then(|t| t.partitions.get(usize::try_from(partition).ok()?))
             .map_or((Vec::new(), Vec::new()), |p| (p.replicas.clone(), p.isr.clone()))
+    }
+
+    /// KIP-392: the in-sync follower in `rack` a consumer there should read
+    /// `topic`/`partition` from instead of its leader; None when the leader
+    /// is in that rack, no follower is, or the leader is not on this
+    /// machine (the consumer asked a follower already).
+    pub fn preferred_read_replica(&self, topic: &str, partition: i32, rack: &str) -> Option<NodeId> {
+        let registered = self
+            .cluster
+            .topic_ids
+            .get(topic)
+            .and_then(|id| self.cluster.topics.get(id))
+            .and_then(|t| t.partitions.get(usize::try_from(partition).ok()?))?;
+        let machine_of = |node: i32| self.cluster.nodes.get(&NodeId(node)).map(|p| p.machine);
+        let rack_of = |node: i32| {
+            let machine = MachineId::new(machine_of(node)?)?;
+            self.cluster.machines.get(&machine)?.rack.clone()
+        };
+        if machine_of(registered.leader) != Some(self.machine.get())
+            || rack_of(registered.leader).as_deref() == Some(rack)
+        {
+            return None;
+        }
+        registered
+            .isr
+            .iter()
+            .copied()
+            .filter(|node| *node != registered.leader)
+            .find(|node| {
+                rack_of(*node).as_deref() == Some(rack)
+                    && matches!(self.placement_of(NodeId(*node)), Placement::Remote(_))
+            })
+            .map(NodeId)
     }
 
     /// The nodes clients may use: every node of every machine that is not
@@ -345,12 +462,12 @@ pub fn load(dir: &Path) -> Result<Option<PersistedMetadata>, MetadataError> {
     let mut aligned = rkyv::util::AlignedVec::<16>::new();
     aligned.extend_from_slice(payload);
     if &raw[..8] == MAGIC_V1 {
-        return rkyv::from_bytes::<PersistedMetadataV1, rkyv::rancor::Error>(&aligned)
-            .map(|old| Some(old.into()))
+        return rkyv::from_bytes::<StoredMetadataV1, rkyv::rancor::Error>(&aligned)
+            .map(|old| Some(StoredMetadata::from(old).into()))
             .map_err(|e| decode_error(&e.to_string()));
     }
-    rkyv::from_bytes::<PersistedMetadata, rkyv::rancor::Error>(&aligned)
-        .map(Some)
+    rkyv::from_bytes::<StoredMetadata, rkyv::rancor::Error>(&aligned)
+        .map(|stored| Some(stored.into()))
         .map_err(|e| decode_error(&e.to_string()))
 }
 
@@ -368,7 +485,7 @@ pub fn store(dir: &Path, metadata: &PersistedMetadata) -> Result<(), MetadataErr
     use std::io::Write;
     let path = dir.join(FILE_NAME);
     let io_error = |e: std::io::Error| MetadataError::Io { path: path.display().to_string(), message: e.to_string() };
-    let payload = rkyv::to_bytes::<rkyv::rancor::Error>(metadata)
+    let payload = rkyv::to_bytes::<rkyv::rancor::Error>(&StoredMetadata::from(metadata))
         .map_err(|e| MetadataError::Decode { path: path.display().to_string(), message: e.to_string() })?;
     std::fs::create_dir_all(dir).map_err(io_error)?;
     let tmp = dir.join(format!("{FILE_NAME}.tmp"));
@@ -395,7 +512,7 @@ mod tests {
             TopicInfo {
                 name: "t".into(),
                 topic_id: [7; 16],
-                partitions: vec![PartitionInfo { shard: ShardId(1), leader_epoch: 0 }],
+                partitions: vec![PartitionInfo { shard: ShardId(1), leader_epoch: 0, replica: ShardId(1) }],
                 configs: [("retention.ms".to_string(), "1000".to_string())].into(),
             },
         );
@@ -414,15 +531,15 @@ mod tests {
     #[test]
     fn a_metadata_file_in_the_first_format_loads_without_dynamic_configs() {
         let dir = tempfile::tempdir().unwrap();
-        let old = PersistedMetadataV1 {
+        let old = StoredMetadataV1 {
             cluster_id: "c".into(),
             producer_id_next: 3000,
             topics: [(
                 "t".to_string(),
-                TopicInfo {
+                StoredTopic {
                     name: "t".into(),
                     topic_id: [9; 16],
-                    partitions: vec![PartitionInfo { shard: ShardId(0), leader_epoch: 2 }],
+                    partitions: vec![StoredPartition { shard: ShardId(0), leader_epoch: 2 }],
                     configs: BTreeMap::new(),
                 },
             )]
@@ -434,7 +551,8 @@ mod tests {
         raw.extend_from_slice(&payload);
         std::fs::write(dir.path().join(FILE_NAME), raw).unwrap();
         let loaded = load(dir.path()).unwrap().expect("the old file loads");
-        assert_eq!(loaded, PersistedMetadata::from(old));
+        assert_eq!(loaded, PersistedMetadata::from(StoredMetadata::from(old)));
+        assert_eq!(loaded.topics["t"].partitions[0].replica, ShardId(0));
         assert!(loaded.broker_configs.is_empty() && loaded.node_configs.is_empty());
     }
 }

@@ -73,6 +73,11 @@ pub const HEARTBEAT_EVERY: Duration = Duration::from_millis(250);
 /// `broker.session.timeout.ms` is 9 s, sized for JVM pauses; a shardlog
 /// machine has none, and replication's failover (issue 30) waits on this.
 pub const MACHINE_LEASE: Duration = Duration::from_millis(2000);
+/// How often the controller moves leadership back to in-sync preferred
+/// replicas (Kafka checks every 300 s), and at most how many partitions a
+/// pass moves.
+pub const LEADER_BALANCE_EVERY: Duration = Duration::from_secs(30);
+const LEADER_BALANCE_MAX: usize = 1000;
 /// A FETCH with nothing new waits this long for a commit before it is
 /// answered empty (so an observer's fetches are also its heartbeats).
 pub const FETCH_WAIT: Duration = Duration::from_millis(200);
@@ -365,6 +370,7 @@ impl ControllerService {
             incarnation: None,
             heard: BTreeMap::new(),
             leader_since: None,
+            suspicions: BTreeMap::new(),
             ticks: 0,
             last_tick: Instant::now(),
         };
@@ -494,6 +500,11 @@ struct LoopState {
     heard: BTreeMap<u64, (u64, Instant)>,
     /// Since when this machine has been the controller.
     leader_since: Option<Instant>,
+    /// When gossip last declared each machine down, leader or not: a
+    /// controller elected just after acts on what gossip said before (the
+    /// machine that died was often the old controller's neighbour, or the
+    /// old controller itself).
+    suspicions: BTreeMap<MachineId, Instant>,
     ticks: u64,
     last_tick: Instant,
 }
@@ -641,6 +652,15 @@ impl LoopState {
                         // election: nobody heartbeated to this machine.
                         self.leader_since = Some(Instant::now());
                         self.heard.clear();
+                        let recent: Vec<MachineId> = self
+                            .suspicions
+                            .iter()
+                            .filter(|(_, at)| at.elapsed() < MACHINE_LEASE)
+                            .map(|(machine, _)| *machine)
+                            .collect();
+                        for machine in recent {
+                            self.fence_suspect(machine);
+                        }
                     }
                     if let Some(leader) = leader {
                         tracing::info!(term, controller = %leader, machine = %me, "controller elected");
@@ -682,6 +702,23 @@ impl LoopState {
         }
         self.last_tick = now;
         self.expire_leases(now);
+        if self.ticks.is_multiple_of((LEADER_BALANCE_EVERY.as_millis() as u64 / TICK_MS).max(1)) {
+            self.balance_leaders();
+        }
+    }
+
+    /// The leader balancer (Kafka's auto.leader.rebalance): preferred
+    /// replicas that are in sync lead again.
+    fn balance_leaders(&mut self) {
+        if self.leader_since.is_none() || !self.engine.is_leader() {
+            return;
+        }
+        let base = self.speculative.as_ref().unwrap_or(&self.committed);
+        let records = super::control::balance_leaders(base, LEADER_BALANCE_MAX);
+        if !records.is_empty() {
+            tracing::info!(partitions = records.len(), "leader balancer: preferred replicas lead again");
+            self.propose(records, Origin::Controller);
+        }
     }
 
     /// The controller heard from `machine` as `incarnation`: its lease is
@@ -705,6 +742,11 @@ impl LoopState {
     /// lease, unless its heartbeat came within two periods (gossip is a
     /// hint; the heartbeat is the machine itself).
     fn suspected(&mut self, machine: MachineId) {
+        self.suspicions.insert(machine, Instant::now());
+        self.fence_suspect(machine);
+    }
+
+    fn fence_suspect(&mut self, machine: MachineId) {
         if !self.engine.is_leader() || machine == self.engine.machine() {
             return;
         }

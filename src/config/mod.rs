@@ -403,6 +403,7 @@ pub const TOPIC_CONFIG_KEYS: &[&str] = &[
     "cleanup.policy",
     "min.insync.replicas",
     "message.timestamp.type",
+    "unclean.leader.election.enable",
 ];
 
 /// Applies one topic config to a log config; unknown keys are refused.
@@ -442,6 +443,15 @@ pub fn apply_topic_config(log: &mut LogConfig, name: &str, value: &str) -> Resul
                 });
             }
             log.min_insync_replicas = n;
+        }
+        "unclean.leader.election.enable" => {
+            if value != "true" && value != "false" {
+                return Err(ConfigError::Invalid {
+                    name: "unclean.leader.election.enable",
+                    value: value.into(),
+                    reason: "true or false",
+                });
+            }
         }
         "message.timestamp.type" => {
             if value != "CreateTime" {

@@ -168,11 +168,22 @@ pub struct FetchPartitionResponse {
     /// Whole batches, in offset order (the last may be partial when decoded
     /// from a peer that cut it at max_bytes).
     pub records: Vec<Bytes>,
+    /// v11: the replica the consumer should read from instead (KIP-392),
+    /// -1 for this one.
+    pub preferred_read_replica: i32,
 }
 
 impl FetchPartitionResponse {
     pub fn error(index: i32, error: ErrorCode) -> Self {
-        Self { index, error, high_watermark: -1, last_stable_offset: -1, log_start_offset: -1, records: Vec::new() }
+        Self {
+            index,
+            error,
+            high_watermark: -1,
+            last_stable_offset: -1,
+            log_start_offset: -1,
+            records: Vec::new(),
+            preferred_read_replica: -1,
+        }
     }
 
     pub fn records_bytes(&self) -> usize {
@@ -201,7 +212,7 @@ impl FetchResponse {
                 }
                 w.i32(-1); // aborted_transactions: null
                 if version >= 11 {
-                    w.i32(-1); // preferred_read_replica
+                    w.i32(p.preferred_read_replica);
                 }
                 w.i32(p.records_bytes() as i32);
                 for batch in &p.records {
@@ -231,9 +242,7 @@ impl FetchResponse {
                     r.i64()?;
                     r.i64()?;
                 }
-                if version >= 11 {
-                    r.i32()?;
-                }
+                let preferred_read_replica = if version >= 11 { r.i32()? } else { -1 };
                 let data = r.nullable_bytes()?.unwrap_or_default();
                 let records = super::record_batch::split_batches(data, i32::MAX as usize)
                     .map_err(|_| super::DecodeError::Invalid("record set"))?;
@@ -244,6 +253,7 @@ impl FetchResponse {
                     last_stable_offset,
                     log_start_offset,
                     records,
+                    preferred_read_replica,
                 });
             }
             topics.push(FetchTopicResponse { name, partitions });

@@ -18,6 +18,7 @@ pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_log_dirs;
 pub mod describe_quorum;
+pub mod elect_leaders;
 pub mod fetch;
 pub mod incremental_alter_configs;
 pub mod init_producer_id;
@@ -70,6 +71,7 @@ pub enum ApiKey {
     DescribeLogDirs = 35,
     CreatePartitions = 37,
     DeleteGroups = 42,
+    ElectLeaders = 43,
     IncrementalAlterConfigs = 44,
     DescribeQuorum = 55,
     DescribeCluster = 60,
@@ -123,6 +125,7 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     range(ApiKey::DescribeGroups, 0, 4, 5),
     range(ApiKey::ListGroups, 0, 2, 3),
     range(ApiKey::DeleteGroups, 0, 1, 2),
+    range(ApiKey::ElectLeaders, 0, 2, 2),
 ];
 
 impl ApiKey {
@@ -154,6 +157,7 @@ impl ApiKey {
             35 => DescribeLogDirs,
             37 => CreatePartitions,
             42 => DeleteGroups,
+            43 => ElectLeaders,
             44 => IncrementalAlterConfigs,
             55 => DescribeQuorum,
             60 => DescribeCluster,
@@ -253,6 +257,7 @@ pub fn decode_request_body(request: &Request, reader: &mut Reader) -> DecodeResu
         ApiKey::AlterConfigs => alter_configs::AlterConfigsRequest::decode(reader, version).map(drop),
         ApiKey::CreatePartitions => create_partitions::CreatePartitionsRequest::decode(reader, version).map(drop),
         ApiKey::DeleteGroups => delete_groups::DeleteGroupsRequest::decode(reader, version).map(drop),
+        ApiKey::ElectLeaders => elect_leaders::ElectLeadersRequest::decode(reader, version).map(drop),
         ApiKey::IncrementalAlterConfigs => {
             incremental_alter_configs::IncrementalAlterConfigsRequest::decode(reader, version).map(drop)
         }

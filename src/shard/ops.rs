@@ -26,7 +26,10 @@ impl Shard {
     }
 
     async fn route_partition_op(self: &Rc<Self>, topic: &str, partition: i32, op: PartitionOp) -> PartitionReply {
-        let owner = self.image().partition(topic, partition).map(|p| p.shard);
+        // Reads go to this machine's replica, leader or follower (KIP-392:
+        // a follower serves up to its high watermark); the rest to the leader.
+        let reads = matches!(op, PartitionOp::Fetch { .. });
+        let owner = self.image().partition(topic, partition).map(|p| if reads { p.replica } else { p.shard });
         match owner {
             Some(shard) if shard == self.id => self.run_partition_op(topic, partition, op).await,
             Some(shard) => {
@@ -72,7 +75,7 @@ impl Shard {
                 }
             };
             let slot = usize::try_from(read.wanted.partition.index).ok();
-            let owner = slot.and_then(|at| info?.partitions.get(at)).map(|p| p.shard);
+            let owner = slot.and_then(|at| info?.partitions.get(at)).map(|p| p.replica);
             let remote = owner.filter(|owner| *owner != self.id);
             let partition = slot.and_then(|at| local?.get(at)?.as_ref()).filter(|_| owner == Some(self.id));
             found.push((partition, remote));
@@ -299,10 +302,11 @@ fn split_and_validate(
     Ok(out)
 }
 
-/// The answer for one partition's read, counted in the fetch metrics.
+/// The answer for one partition's read (the fetch handler counts what it
+/// sends in the fetch metrics).
 fn fetch_answer(partition: &Partition, read: Result<crate::log::ReadOutput, LogError>) -> FetchPartitionResponse {
     let log = &partition.log;
-    let answer = match read {
+    match read {
         Ok(read) => FetchPartitionResponse {
             index: partition.index,
             error: ErrorCode::None,
@@ -310,6 +314,7 @@ fn fetch_answer(partition: &Partition, read: Result<crate::log::ReadOutput, LogE
             last_stable_offset: read.high_watermark,
             log_start_offset: read.log_start_offset,
             records: read.batches,
+            preferred_read_replica: -1,
         },
         Err(err) => FetchPartitionResponse {
             index: partition.index,
@@ -318,10 +323,9 @@ fn fetch_answer(partition: &Partition, read: Result<crate::log::ReadOutput, LogE
             last_stable_offset: log.high_watermark(),
             log_start_offset: log.log_start_offset(),
             records: Vec::new(),
+            preferred_read_replica: -1,
         },
-    };
-    crate::metrics::record_fetched(&partition.topic, &answer.records);
-    answer
+    }
 }
 
 /// The Kafka error code of a storage error (the one place they are mapped).

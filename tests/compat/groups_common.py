@@ -64,13 +64,15 @@ class Member:
 
     def __init__(self, client: str, bootstrap: str, group: str, topics: Sequence[str], name: str,
                  log_dir: Path, session_timeout_ms: int = SESSION_TIMEOUT_MS,
-                 heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS):
+                 heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS, rack: Optional[str] = None):
         self.client = client
         self.name = name
         self.group = group
         spec = dict(client=client, bootstrap=bootstrap, group=group, topics=list(topics),
                     session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=heartbeat_interval_ms,
                     client_id=f"{client}-{name}")
+        if rack is not None:
+            spec["rack_id"] = rack
         if client == "kafkajs":
             cmd = [NODE, str(JS_CONSUMER), json.dumps(spec)]
             cwd = JS_DIR

@@ -108,7 +108,11 @@ fn describe_topic(shard: &Shard, image: &MetadataImage, resource: &DescribeConfi
             let source = synonyms.first().map_or(ConfigSource::Default, |s| s.source);
             ConfigEntry {
                 name: key.to_string(),
-                value: topic_value(&log, key),
+                value: match (*key, topic.configs.get(*key)) {
+                    // Not a log setting: the controller reads it.
+                    ("unclean.leader.election.enable", value) => value.cloned().unwrap_or_else(|| "false".into()),
+                    _ => topic_value(&log, key),
+                },
                 source,
                 read_only: false,
                 config_type: topic_config_type(key),
@@ -152,6 +156,7 @@ fn topic_config_type(key: &str) -> ConfigType {
         "retention.ms" | "retention.bytes" | "segment.ms" => ConfigType::Long,
         "segment.bytes" | "max.message.bytes" | "min.insync.replicas" => ConfigType::Int,
         "cleanup.policy" => ConfigType::List,
+        "unclean.leader.election.enable" => ConfigType::Boolean,
         _ => ConfigType::String,
     }
 }

@@ -60,7 +60,13 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
         }
         FetchContext::Incremental { id } => (id, shard.fetch_sessions.borrow_mut().news(id, &reads, answers)),
     };
+    let answered = redirect_to_rack(shard, &body.rack_id, &reads, answered);
     let topics = by_topic(&reads, answered);
+    for topic in &topics {
+        for partition in &topic.partitions {
+            crate::metrics::record_fetched(&topic.name, &partition.records);
+        }
+    }
     let mut w = response(request);
     FetchResponse { throttle_time_ms: 0, error: Some(ErrorCode::None), session_id, topics }.encode(&mut w, version);
     Ok(respond(w))
@@ -236,6 +242,32 @@ fn trim_to_budget(answers: &mut [Answer], max_bytes: i32) {
 
 /// Groups answers (by index in `reads`) into the response's topics, a
 /// topic listed once, where it first appears.
+/// KIP-392: where a consumer in `rack` (Fetch v11) has an in-sync follower
+/// in its rack, the leader's answer names it and carries no records; the
+/// consumer then reads from that follower.
+fn redirect_to_rack(
+    shard: &Shard,
+    rack: &str,
+    reads: &[Read],
+    mut answered: Vec<(usize, FetchPartitionResponse)>,
+) -> Vec<(usize, FetchPartitionResponse)> {
+    if rack.is_empty() {
+        return answered;
+    }
+    let image = shard.image();
+    for (at, answer) in &mut answered {
+        let wanted = &reads[*at].wanted;
+        if !answer.error.is_ok() {
+            continue;
+        }
+        if let Some(node) = image.preferred_read_replica(&wanted.topic, wanted.partition.index, rack) {
+            answer.preferred_read_replica = node.0;
+            answer.records.clear();
+        }
+    }
+    answered
+}
+
 fn by_topic(reads: &[Read], answered: Vec<(usize, FetchPartitionResponse)>) -> Vec<FetchTopicResponse> {
     let mut topics: Vec<FetchTopicResponse> = Vec::new();
     let mut slots: HashMap<&str, usize> = HashMap::new();

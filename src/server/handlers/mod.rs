@@ -10,6 +10,7 @@ mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
 mod describe_quorum;
+mod elect_leaders;
 mod fetch;
 mod find_coordinator;
 mod groups;
@@ -78,6 +79,7 @@ pub async fn handle(shard: &Rc<Shard>, frame: BytesMut, peer: &str) -> Outcome {
         ApiKey::DescribeGroups => groups::describe(shard, &request, &mut reader).await,
         ApiKey::ListGroups => groups::list(shard, &request, &mut reader).await,
         ApiKey::DeleteGroups => groups::delete(shard, &request, &mut reader).await,
+        ApiKey::ElectLeaders => elect_leaders::handle(shard, &request, &mut reader).await,
         ApiKey::DescribeCluster => describe_cluster::handle(shard, &request, &mut reader).await,
         ApiKey::DescribeQuorum => describe_quorum::handle(shard, &request, &mut reader).await,
         ApiKey::UnregisterBroker => unregister_broker::handle(shard, &request, &mut reader).await,

@@ -24,22 +24,32 @@ pub async fn answer(shard: &Rc<Shard>, body: &FetchRequest) -> FetchResponse {
             note_fetch(shard, &topic.name, wanted, body.replica_id, now);
         }
     }
+    // A follower learns the high watermark from these answers: one that
+    // moves completes the long poll, as new data does.
+    let mut high_watermarks: Vec<i64> = Vec::new();
     loop {
         let listener = shard.data_event.listen();
         let mut topics = Vec::with_capacity(body.topics.len());
         let mut bytes = 0usize;
         let mut erred = false;
+        let mut moved = false;
+        let mut seen = 0;
         for topic in &body.topics {
             let mut partitions = Vec::with_capacity(topic.partitions.len());
             for wanted in &topic.partitions {
                 let answer = read(shard, &topic.name, wanted, body.replica_id).await;
                 bytes += answer.records_bytes();
                 erred |= !answer.error.is_ok();
+                match high_watermarks.get(seen) {
+                    Some(first) => moved |= *first != answer.high_watermark,
+                    None => high_watermarks.push(answer.high_watermark),
+                }
+                seen += 1;
                 partitions.push(answer);
             }
             topics.push(FetchTopicResponse { name: topic.name.clone(), partitions });
         }
-        let ready = erred || bytes >= body.min_bytes.max(1) as usize || shard.shutting_down.get();
+        let ready = erred || moved || bytes >= body.min_bytes.max(1) as usize || shard.shutting_down.get();
         if ready || Instant::now() >= deadline {
             return FetchResponse { throttle_time_ms: 0, error: Some(ErrorCode::None), session_id: 0, topics };
         }
@@ -104,6 +114,7 @@ async fn read(shard: &Rc<Shard>, topic: &str, wanted: &FetchPartition, replica: 
             last_stable_offset: read.high_watermark,
             log_start_offset: read.log_start_offset,
             records: read.batches,
+            preferred_read_replica: -1,
         },
         Err(err) => FetchPartitionResponse {
             index,
@@ -112,6 +123,7 @@ async fn read(shard: &Rc<Shard>, topic: &str, wanted: &FetchPartition, replica: 
             last_stable_offset: log.high_watermark(),
             log_start_offset: log.log_start_offset(),
             records: Vec::new(),
+            preferred_read_replica: -1,
         },
     }
 }

@@ -4,7 +4,7 @@
 //
 //   node groups.js SPEC_JSON
 //     SPEC: {bootstrap: "host:port[,..]", group, topics: [..],
-//            session_timeout_ms?, heartbeat_interval_ms?, client_id?}
+//            session_timeout_ms?, heartbeat_interval_ms?, client_id?, rack_id?}
 //
 // Subscribes (fromBeginning, kafkajs' default round-robin assigner, which is
 // eager), processes each fetched batch by printing its records, then commits
@@ -55,6 +55,8 @@ async function main() {
     sessionTimeout,
     rebalanceTimeout: Math.max(sessionTimeout, 10000),
     heartbeatInterval: spec.heartbeat_interval_ms || 1000,
+    // KIP-392: with a rack, the leader may send this member to a follower.
+    rackId: spec.rack_id,
     // The fetch loop is where kafkajs heartbeats and notices rebalances.
     maxWaitTimeInMs: 200,
     retry: { retries: 30, initialRetryTime: 100, maxRetryTime: 1000 },
