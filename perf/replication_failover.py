@@ -32,30 +32,22 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "compat"))
 
-from conftest import Broker, pick_ports  # noqa: E402
+from conftest import start_machines  # noqa: E402
 
 MACHINES = 3
 
 
 def start_cluster(work: Path):
-    per = 3
-    base = pick_ports(MACHINES * per)
-    voters = ",".join(f"{i + 1}@127.0.0.1:{base + i * per + 1}" for i in range(MACHINES))
-    machines = []
-    for i in range(MACHINES):
-        data = work / f"m{i + 1}" / "data"
-        data.mkdir(parents=True)
-        machines.append(Broker(listener="per-core", cores=1, data_dir=data, log_path=work / f"m{i + 1}.log",
-                               port=base + i * per,
-                               extra_args=["--machine-id", str(i + 1), "--controller-voters", voters,
-                                           "--gossip-port", str(base + i * per + 2),
-                                           "--seeds", f"127.0.0.1:{base + 2}"]))
-    threads = [threading.Thread(target=m.start, args=(60.0,)) for m in machines]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return machines
+    """Three machines of one core, gossiping (machine 1's gossip port is the seed)."""
+    seed = []
+
+    def extra(i, base):
+        gossip = base + 2
+        if i == 0:
+            seed.append(gossip)
+        return ["--gossip-port", str(gossip), "--seeds", f"127.0.0.1:{seed[0]}"]
+
+    return start_machines(work, MACHINES, 1, extra, spare_ports=1)
 
 
 def describe(machines, topic):

@@ -36,18 +36,23 @@ fn address(machine: usize) -> String {
     format!("198.18.0.{machine}")
 }
 
+/// One test at a time: every test's host link takes the same address.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The namespaces, links and broker processes of one test; all removed on
-/// drop.
+/// drop (before the lock that serializes the tests is released).
 struct Net {
     prefix: String,
     brokers: BTreeMap<usize, Child>,
     dir: tempfile::TempDir,
+    _serial: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Net {
     fn new() -> Net {
         let prefix = format!("sl{}", std::process::id() % 100_000);
-        let net = Net { prefix, brokers: BTreeMap::new(), dir: tempfile::tempdir().expect("tempdir") };
+        let serial = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let net = Net { prefix, brokers: BTreeMap::new(), dir: tempfile::tempdir().expect("tempdir"), _serial: serial };
         let hub = net.hub();
         run(&["ip", "netns", "add", &hub]);
         run(&["ip", "-n", &hub, "link", "add", "br0", "type", "bridge"]);
@@ -316,4 +321,150 @@ fn an_isolated_controller_commits_nothing_while_the_majority_goes_on_and_the_log
     for (term, leaders) in &controllers {
         assert_eq!(leaders.len(), 1, "term {term} had controllers {leaders:?}");
     }
+}
+
+/// The batches of one replica's log on disk, from its segment files: (base
+/// offset, bytes), in order, stopping at the first gap or damage.
+fn replica_batches(data: &Path, topic: &str, partition: i32) -> Vec<(i64, Vec<u8>)> {
+    let dir = data.join(format!("{topic}-{partition}"));
+    let mut segments: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("partition directory")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    segments.sort();
+    let mut out: Vec<(i64, Vec<u8>)> = Vec::new();
+    let mut next = None;
+    for segment in segments {
+        let raw = std::fs::read(&segment).expect("segment");
+        let mut at = 0usize;
+        while at + 61 <= raw.len() {
+            let Ok(header) = shardlog::protocol::record_batch::BatchHeader::parse(&raw[at..], usize::MAX) else {
+                break;
+            };
+            if at + header.size_bytes > raw.len() || next.is_some_and(|n| n != header.base_offset) {
+                break;
+            }
+            out.push((header.base_offset, raw[at..at + header.size_bytes].to_vec()));
+            next = Some(header.last_offset() + 1);
+            at += header.size_bytes;
+        }
+    }
+    out
+}
+
+fn produce_with(net: &Net, machine: usize, topic: &str, acks: i16, timeout_ms: i32, prefix: &str) -> (ErrorCode, i64) {
+    let Ok(mut conn) = shardlog::client::Connection::connect(net.bootstrap(machine).as_str(), Duration::from_secs(5))
+    else {
+        return (ErrorCode::RequestTimedOut, -1);
+    };
+    let mut request = common::produce_request(topic, 0, common::batch(prefix, 5), acks);
+    request.timeout_ms = timeout_ms;
+    let Ok(reader) = conn.request(shardlog::protocol::ApiKey::Produce, 8, |w| request.encode(w)) else {
+        return (ErrorCode::RequestTimedOut, -1);
+    };
+    match shardlog::client::decode(reader, 8, shardlog::protocol::produce::ProduceResponse::decode) {
+        Ok(answer) => (answer.topics[0].partitions[0].error, answer.topics[0].partitions[0].base_offset),
+        Err(_) => (ErrorCode::RequestTimedOut, -1),
+    }
+}
+
+/// (leader node, ISR) of partition 0 of `topic` as `machine` answers.
+fn registration(net: &Net, machine: usize, topic: &str) -> Option<(i32, Vec<i32>)> {
+    let metadata =
+        Admin::connect(&net.bootstrap(machine)).and_then(|mut a| a.metadata(Some(vec![topic.into()]))).ok()?;
+    let p = metadata.topics.first()?.partitions.first()?;
+    Some((p.leader_id, p.isr_nodes.clone()))
+}
+
+#[test]
+fn an_isolated_partition_leader_acknowledges_no_acks_all_write_and_its_divergent_tail_is_cut_after_healing() {
+    let mut net = Net::new();
+    for machine in 1..=MACHINES {
+        net.start(machine);
+    }
+    for machine in 1..=MACHINES {
+        net.wait_ready(machine);
+    }
+    let configs = [("min.insync.replicas".to_string(), "2".to_string())].into();
+    let created = Admin::connect(&net.bootstrap(1))
+        .and_then(|mut a| a.create_topic_replicated("rep", 1, 3, &configs))
+        .expect("create");
+    assert!(created.error.is_ok(), "{created:?}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (leader_node, _) = loop {
+        if let Some((leader, isr)) = registration(&net, 1, "rep").filter(|(l, isr)| *l >= 0 && isr.len() == 3) {
+            break (leader, isr);
+        }
+        assert!(Instant::now() < deadline, "a full ISR");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // One core per machine: node ids follow registration, so find the
+    // leader's machine by asking each which node it is.
+    let leader = (1..=MACHINES)
+        .find(|m| {
+            Admin::connect(&net.bootstrap(*m))
+                .and_then(|mut a| a.describe_cluster())
+                .map(|c| c.brokers.iter().any(|b| b.broker_id == leader_node && b.host == address(*m)))
+                .unwrap_or(false)
+        })
+        .expect("the leader's machine");
+    let mut acknowledged = Vec::new();
+    for round in 0..10 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (error, offset) = produce_with(&net, leader, "rep", -1, 5000, &format!("before-{round}-"));
+            if error.is_ok() {
+                acknowledged.push(offset);
+                break;
+            }
+            assert!(Instant::now() < deadline, "acks=all before the cut: {error:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    net.isolate(leader);
+    // Cut off from its followers and the controller, the old leader takes
+    // writes into its own log (acks=1), but acknowledges none with acks=all.
+    let (error, _) = produce_with(&net, leader, "rep", 1, 2000, "divergent-");
+    assert_eq!(error, ErrorCode::None, "acks=1 needs the leader alone");
+    let (error, _) = produce_with(&net, leader, "rep", -1, 3000, "never-");
+    assert_ne!(error, ErrorCode::None, "an isolated leader acknowledged an acks=all write");
+    let others: Vec<usize> = (1..=MACHINES).filter(|m| *m != leader).collect();
+    // The majority elects another leader, which takes acks=all writes.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let new_leader = loop {
+        let taken = others.iter().find_map(|m| {
+            let (error, offset) = produce_with(&net, *m, "rep", -1, 3000, "after-");
+            error.is_ok().then_some((*m, offset))
+        });
+        if let Some((machine, offset)) = taken {
+            acknowledged.push(offset);
+            break machine;
+        }
+        assert!(Instant::now() < deadline, "the majority's new leader takes acks=all writes within 20 s");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    eprintln!("leader machine {leader} isolated; machine {new_leader} leads");
+
+    net.heal(leader);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while registration(&net, new_leader, "rep").is_none_or(|(_, isr)| isr.len() != 3) {
+        assert!(Instant::now() < deadline, "the old leader rejoins the ISR after healing");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    net.stop_all();
+
+    // The replicas' logs are the same bytes, and hold every acknowledged
+    // write: the old leader cut the batch only it had.
+    let logs: Vec<Vec<(i64, Vec<u8>)>> = (1..=MACHINES).map(|m| replica_batches(&net.data(m), "rep", 0)).collect();
+    for (machine, log) in (1..=MACHINES).zip(&logs) {
+        assert_eq!(log, &logs[new_leader - 1], "machine {machine}'s log differs from the new leader's");
+    }
+    let offsets: Vec<i64> = logs[0].iter().map(|(base, _)| *base).collect();
+    for offset in acknowledged {
+        assert!(offsets.contains(&offset), "acknowledged batch at {offset} is gone");
+    }
+    let divergent = logs[leader - 1].iter().any(|(_, bytes)| bytes.windows(10).any(|w| w == b"divergent-"));
+    assert!(!divergent, "the old leader's unreplicated batch survived");
 }

@@ -28,7 +28,7 @@ pub mod report;
 mod table;
 
 pub use messages::{AdminOp, AdminReply, PartitionOp, PartitionReply, ShardMessage};
-pub use ops::log_error_code;
+pub use ops::{fetch_answer, log_error_code};
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;

@@ -154,11 +154,15 @@ impl Shard {
         if !partition.replica.leads() {
             return ProducePartitionResponse::error(index, ErrorCode::NotLeaderOrFollower);
         }
-        let min_insync = log.config().min_insync_replicas.max(1) as usize;
+        // One copy of the config per request, not one per setting read.
+        let (min_insync_replicas, batch_bytes_max) = {
+            let config = log.config();
+            (config.min_insync_replicas, config.batch_bytes_max)
+        };
+        let min_insync = min_insync_replicas.max(1) as usize;
         if wait.acks == -1 && !partition.replica.enough_in_sync(min_insync) {
             return ProducePartitionResponse::error(index, ErrorCode::NotEnoughReplicas);
         }
-        let batch_bytes_max = log.config().batch_bytes_max;
         let batches = match split_and_validate(records, batch_bytes_max) {
             Ok(batches) => batches,
             Err(code) => return ProducePartitionResponse::error(index, code),
@@ -304,7 +308,7 @@ fn split_and_validate(
 
 /// The answer for one partition's read (the fetch handler counts what it
 /// sends in the fetch metrics).
-fn fetch_answer(partition: &Partition, read: Result<crate::log::ReadOutput, LogError>) -> FetchPartitionResponse {
+pub fn fetch_answer(partition: &Partition, read: Result<crate::log::ReadOutput, LogError>) -> FetchPartitionResponse {
     let log = &partition.log;
     match read {
         Ok(read) => FetchPartitionResponse {

@@ -24,6 +24,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -225,6 +226,35 @@ class Broker:
             args += ["--config", c]
         self.cli(*args)
         return name
+
+
+def start_machines(work: Path, count: int, cores: int, extra: Callable[[int, int], List[str]] = lambda i, base: [],
+                   spare_ports: int = 0) -> List[Broker]:
+    """`count` machines of one cluster on 127.0.0.1, all controller voters,
+    started together (none serves before a quorum of voters runs). Machine
+    i (0-based) gets ports base .. base + cores (Kafka, then its controller
+    port), then `spare_ports` more for `extra(i, base)` to use (gossip,
+    metrics), and its data in `work/m{i+1}/data`."""
+    _require_binary()
+    per = cores + 1 + spare_ports
+    first = pick_ports(count * per)
+    voters = ",".join(f"{i + 1}@127.0.0.1:{first + i * per + cores}" for i in range(count))
+    machines = []
+    for i in range(count):
+        base = first + i * per
+        data = work / f"m{i + 1}" / "data"
+        data.mkdir(parents=True)
+        machines.append(Broker(listener="per-core", cores=cores, data_dir=data,
+                               log_path=work / f"m{i + 1}" / "broker.log", port=base,
+                               extra_args=["--machine-id", str(i + 1), "--controller-voters", voters,
+                                           *extra(i, base)]))
+    threads = [threading.Thread(target=m.start, args=(60.0,)) for m in machines]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(m.running() for m in machines), "every machine started"
+    return machines
 
 
 def _require_binary() -> None:

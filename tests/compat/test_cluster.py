@@ -12,7 +12,6 @@ one coordinator, balances, and consumes everything once.
 
 from __future__ import annotations
 
-import concurrent.futures
 import shutil
 import subprocess
 import time
@@ -20,8 +19,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import (Broker, _require_binary, ck_read_topic, make_records, pick_ports,
-                      unique_topic)
+from conftest import ck_read_topic, make_records, start_machines, unique_topic
 from groups_common import (CLIENTS, GROUP_BROKER_ARGS, Member, assert_exclusive_ownership,
                            cleanup_members, describe_group, kafkajs_problem,
                            produce_values, wait_all_consumed, wait_balanced)
@@ -37,21 +35,7 @@ PARTITIONS = 6
 def cluster(tmp_path):
     """Three machines started together (none serves before a quorum of
     voters runs); each must exit 0 on SIGTERM at teardown."""
-    _require_binary()
-    per = CORES + 1
-    base = pick_ports(MACHINES * per)
-    voters = ",".join(f"{i + 1}@127.0.0.1:{base + i * per + CORES}" for i in range(MACHINES))
-    machines = []
-    for i in range(MACHINES):
-        data = tmp_path / f"m{i + 1}" / "data"
-        data.mkdir(parents=True)
-        machines.append(Broker(listener="per-core", cores=CORES, data_dir=data,
-                               log_path=tmp_path / f"m{i + 1}" / "broker.log", port=base + i * per,
-                               extra_args=["--machine-id", str(i + 1), "--controller-voters", voters,
-                                           *GROUP_BROKER_ARGS]))
-    with concurrent.futures.ThreadPoolExecutor(MACHINES) as pool:
-        for started in [pool.submit(m.start, 60.0) for m in machines]:
-            started.result()
+    machines = start_machines(tmp_path, MACHINES, CORES, lambda i, base: list(GROUP_BROKER_ARGS))
     yield machines
     for m in machines:
         if m.running():

@@ -21,7 +21,6 @@ version.
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import os
 import random
@@ -34,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, Broker, _require_binary, pick_ports, unique_topic
+from conftest import BIN, start_machines, unique_topic
 
 MACHINES = 3
 CORES = 2
@@ -46,21 +45,7 @@ SEED = int(os.environ.get("SHARDLOG_FAULT_SEED", str(random.randrange(1 << 30)))
 
 @pytest.fixture
 def machines(tmp_path):
-    _require_binary()
-    per = CORES + 1
-    base = pick_ports(MACHINES * per)
-    voters = ",".join(f"{i + 1}@127.0.0.1:{base + i * per + CORES}" for i in range(MACHINES))
-    out = []
-    for i in range(MACHINES):
-        data = tmp_path / f"m{i + 1}" / "data"
-        data.mkdir(parents=True)
-        out.append(Broker(listener="per-core", cores=CORES, data_dir=data,
-                          log_path=tmp_path / f"m{i + 1}" / "broker.log", port=base + i * per,
-                          extra_args=["--machine-id", str(i + 1), "--controller-voters", voters,
-                                      "--group-initial-rebalance-delay-ms", "0"]))
-    with concurrent.futures.ThreadPoolExecutor(MACHINES) as pool:
-        for started in [pool.submit(m.start, 60.0) for m in out]:
-            started.result()
+    out = start_machines(tmp_path, MACHINES, CORES, lambda i, base: ["--group-initial-rebalance-delay-ms", "0"])
     yield out
     for m in out:
         if m.proc is not None and m.proc.poll() is None:

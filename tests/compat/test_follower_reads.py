@@ -10,13 +10,12 @@ consumer without a rack reads from the leader.
 
 from __future__ import annotations
 
-import concurrent.futures
 import time
 import urllib.request
 
 import pytest
 
-from conftest import Broker, _require_binary, pick_ports, unique_topic
+from conftest import start_machines, unique_topic
 from groups_common import Member, kafkajs_problem
 
 MACHINES = 3
@@ -26,24 +25,13 @@ RECORDS = 300
 
 @pytest.fixture
 def racked(tmp_path):
-    _require_binary()
-    per = CORES + 2
-    base = pick_ports(MACHINES * per)
-    voters = ",".join(f"{i + 1}@127.0.0.1:{base + i * per + CORES}" for i in range(MACHINES))
-    machines = []
-    for i in range(MACHINES):
-        data = tmp_path / f"m{i + 1}" / "data"
-        data.mkdir(parents=True)
-        m = Broker(listener="per-core", cores=CORES, data_dir=data, log_path=tmp_path / f"m{i + 1}" / "broker.log",
-                   port=base + i * per,
-                   extra_args=["--machine-id", str(i + 1), "--controller-voters", voters, "--rack", f"rack-{i + 1}",
-                               "--metrics-port", str(base + i * per + CORES + 1),
-                               "--group-initial-rebalance-delay-ms", "0"])
-        m.metrics_port = base + i * per + CORES + 1
-        machines.append(m)
-    with concurrent.futures.ThreadPoolExecutor(MACHINES) as pool:
-        for started in [pool.submit(m.start, 60.0) for m in machines]:
-            started.result()
+    def extra(i, base):
+        return ["--rack", f"rack-{i + 1}", "--metrics-port", str(base + CORES + 1),
+                "--group-initial-rebalance-delay-ms", "0"]
+
+    machines = start_machines(tmp_path, MACHINES, CORES, extra, spare_ports=1)
+    for m in machines:
+        m.metrics_port = m.port + CORES + 1
     yield machines
     for m in machines:
         if m.running():

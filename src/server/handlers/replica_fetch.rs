@@ -105,25 +105,5 @@ async fn read(shard: &Rc<Shard>, topic: &str, wanted: &FetchPartition, replica: 
         return FetchPartitionResponse::error(index, error);
     }
     let max_bytes = wanted.partition_max_bytes.max(0) as usize;
-    let log = &partition.log;
-    match log.read_for_replica(wanted.fetch_offset, max_bytes).await {
-        Ok(read) => FetchPartitionResponse {
-            index,
-            error: ErrorCode::None,
-            high_watermark: read.high_watermark,
-            last_stable_offset: read.high_watermark,
-            log_start_offset: read.log_start_offset,
-            records: read.batches,
-            preferred_read_replica: -1,
-        },
-        Err(err) => FetchPartitionResponse {
-            index,
-            error: crate::shard::log_error_code(&err),
-            high_watermark: log.high_watermark(),
-            last_stable_offset: log.high_watermark(),
-            log_start_offset: log.log_start_offset(),
-            records: Vec::new(),
-            preferred_read_replica: -1,
-        },
-    }
+    crate::shard::fetch_answer(&partition, partition.log.read_for_replica(wanted.fetch_offset, max_bytes).await)
 }
