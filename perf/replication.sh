@@ -18,23 +18,7 @@ bin="${CARGO_TARGET_DIR:-$PWD/target}/release/shardlog"
 
 seconds="${SHARDLOG_PERF_SECONDS:-20}"
 cores="${SHARDLOG_PERF_CORES:-1}"
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-wait_port() {
-  for _ in $(seq 300); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-    sleep 0.1
-  done
-  echo "port $1 never opened" >&2
-  exit 1
-}
+source perf/lib.sh
 
 cpu_ticks() {
   local total=0

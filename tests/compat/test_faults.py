@@ -245,18 +245,35 @@ def wait_full_isr(machines, topic, timeout=60.0):
         time.sleep(0.2)
 
 
-@pytest.mark.timeout(max(900, CYCLES * 30))
-def test_kills_stops_and_torn_tails_lose_no_acknowledged_write_and_replicas_agree(machines, tmp_path):
+def replicated_topic(machines, prefix):
+    """A topic of PARTITIONS partitions, three replicas, min.insync.replicas=2,
+    once every ISR is whole; with the bootstrap list of every machine."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    rng = random.Random(SEED)
-    print(f"fault seed {SEED}, {CYCLES} cycles (SHARDLOG_FAULT_SEED={SEED} replays the choices)")
-    topic = unique_topic("faults")
+    topic = unique_topic(prefix)
     admin = AdminClient({"bootstrap.servers": machines[0].bootstrap})
     admin.create_topics([NewTopic(topic, PARTITIONS, replication_factor=3,
                                   config={"min.insync.replicas": "2"})])[topic].result(timeout=30)
     wait_full_isr(machines, topic)
-    bootstrap = ",".join(m.bootstrap for m in machines)
+    return topic, ",".join(m.bootstrap for m in machines)
+
+
+def check_history(history, path):
+    """Writes the history to `path` and runs `shardlog history check` on it:
+    its report, and whether it found no anomaly."""
+    with open(path, "w") as f:
+        for op in history.ops:
+            f.write(json.dumps(op) + "\n")
+    checked = subprocess.run([str(BIN), "history", "check", str(path)], capture_output=True, text=True)
+    print(checked.stdout)
+    return checked.stdout, checked.returncode == 0
+
+
+@pytest.mark.timeout(max(900, CYCLES * 30))
+def test_kills_stops_and_torn_tails_lose_no_acknowledged_write_and_replicas_agree(machines, tmp_path):
+    rng = random.Random(SEED)
+    print(f"fault seed {SEED}, {CYCLES} cycles (SHARDLOG_FAULT_SEED={SEED} replays the choices)")
+    topic, bootstrap = replicated_topic(machines, "faults")
     history = Recorder()
     stop_producing, stop_consuming = threading.Event(), threading.Event()
     workers = [threading.Thread(target=producer_loop, args=(bootstrap, topic, history, stop_producing)),
@@ -298,12 +315,8 @@ def test_kills_stops_and_torn_tails_lose_no_acknowledged_write_and_replicas_agre
     md = wait_full_isr(machines, topic)
     ends = drain(bootstrap, topic, history)
     path = Path(os.environ.get("SHARDLOG_HISTORY_OUT", tmp_path / "history.jsonl"))
-    with open(path, "w") as f:
-        for op in history.ops:
-            f.write(json.dumps(op) + "\n")
-    checked = subprocess.run([str(BIN), "history", "check", str(path)], capture_output=True, text=True)
-    print(checked.stdout)
-    assert checked.returncode == 0, f"history {path} has anomalies (seed {SEED}, faults {faults}):\n{checked.stdout}"
+    report, valid = check_history(history, path)
+    assert valid, f"history {path} has anomalies (seed {SEED}, faults {faults}):\n{report}"
     sends = [op for op in history.ops if op["op"] == "send"]
     assert sum(op["outcome"] == "ok" for op in sends) > 100, "the workload ran"
 
@@ -331,14 +344,7 @@ def test_a_rolling_restart_fails_no_produce(machines, tmp_path):
     idempotent acks=all producer and two consumers run: the controlled
     shutdown moves leadership first, so every send is acknowledged (none
     ends in an error) and the history holds no anomaly."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    topic = unique_topic("rolling")
-    admin = AdminClient({"bootstrap.servers": machines[0].bootstrap})
-    admin.create_topics([NewTopic(topic, PARTITIONS, replication_factor=3,
-                                  config={"min.insync.replicas": "2"})])[topic].result(timeout=30)
-    wait_full_isr(machines, topic)
-    bootstrap = ",".join(m.bootstrap for m in machines)
+    topic, bootstrap = replicated_topic(machines, "rolling")
     history = Recorder()
     stop_producing, stop_consuming = threading.Event(), threading.Event()
     workers = [threading.Thread(target=producer_loop, args=(bootstrap, topic, history, stop_producing)),
@@ -360,13 +366,8 @@ def test_a_rolling_restart_fails_no_produce(machines, tmp_path):
         stop_consuming.set()
         workers[1].join(60)
     drain(bootstrap, topic, history)
-    path = tmp_path / "history.jsonl"
-    with open(path, "w") as f:
-        for op in history.ops:
-            f.write(json.dumps(op) + "\n")
-    checked = subprocess.run([str(BIN), "history", "check", str(path)], capture_output=True, text=True)
-    print(checked.stdout)
-    assert checked.returncode == 0, checked.stdout
+    report, valid = check_history(history, tmp_path / "history.jsonl")
+    assert valid, report
     sends = [op for op in history.ops if op["op"] == "send"]
     assert sends and all(op["outcome"] == "ok" for op in sends), (
         f"{sum(op['outcome'] != 'ok' for op in sends)} of {len(sends)} sends not acknowledged")
