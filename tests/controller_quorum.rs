@@ -140,9 +140,13 @@ fn create_topic(handle: &ControllerHandle, name: &str) -> Result<u64, SubmitErro
 }
 
 fn register(handle: &ControllerHandle, id: u64) {
+    // A Kafka port that accepts for as long as the test runs: a new
+    // controller probes each machine's, and fences one whose port refuses.
+    let kafka = Box::leak(Box::new(std::net::TcpListener::bind("127.0.0.1:0").expect("bind")));
+    let port = i32::from(kafka.local_addr().expect("bound").port());
     let records = block_on(handle.submit(Box::new(move |image: &ClusterImage| {
         let mut records =
-            control::register_machine(image, id, 1, None, &[("127.0.0.1".into(), 9092)], None).expect("registers");
+            control::register_machine(image, id, 1, None, &[("127.0.0.1".into(), port)], None).expect("registers");
         // The registration's offset is its epoch; unfence in a later batch.
         records.truncate(1);
         (records, ())

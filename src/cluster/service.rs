@@ -73,6 +73,11 @@ pub const HEARTBEAT_EVERY: Duration = Duration::from_millis(250);
 /// `broker.session.timeout.ms` is 9 s, sized for JVM pauses; a shardlog
 /// machine has none, and replication's failover (issue 30) waits on this.
 pub const MACHINE_LEASE: Duration = Duration::from_millis(2000);
+/// Refused probes of one machine in a row before the controller leaves it
+/// to its lease (a machine that heartbeats while it opens thousands of
+/// partitions before it listens is probed this many times, two heartbeat
+/// periods apart).
+const PROBE_ATTEMPTS: u32 = 40;
 /// How often the controller moves leadership back to in-sync preferred
 /// replicas (Kafka checks every 300 s), and at most how many partitions a
 /// pass moves.
@@ -280,6 +285,17 @@ pub(crate) enum LoopEvent {
     },
     /// Gossip declared this machine down.
     Suspect(MachineId),
+    /// A connection from this machine to the controller port closed.
+    PeerClosed(MachineId),
+    /// The machine's Kafka port refused a connection while it was
+    /// registered as `incarnation`: nothing listens there, its process is
+    /// gone (`LoopState::probe`).
+    Refused {
+        machine: MachineId,
+        incarnation: u64,
+        /// Probes of this machine in a row that were refused.
+        attempt: u32,
+    },
     /// This machine is shutting down: no more heartbeats, so that the
     /// controller does not unfence it again (controlled shutdown).
     Quiet,
@@ -373,6 +389,7 @@ impl ControllerService {
             suspicions: BTreeMap::new(),
             ticks: 0,
             last_tick: Instant::now(),
+            events: events_tx.clone(),
         };
         state.run_commands(first);
         threads.push(spawn("shardlog-controller", move || state.run(events_rx)));
@@ -507,6 +524,8 @@ struct LoopState {
     suspicions: BTreeMap<MachineId, Instant>,
     ticks: u64,
     last_tick: Instant,
+    /// The loop's own queue, for the probes it starts.
+    events: flume::Sender<LoopEvent>,
 }
 
 impl LoopState {
@@ -603,6 +622,8 @@ impl LoopState {
                 return;
             }
             LoopEvent::Suspect(machine) => return self.suspected(machine),
+            LoopEvent::PeerClosed(machine) => return self.probe(machine, 0, Duration::ZERO),
+            LoopEvent::Refused { machine, incarnation, attempt } => return self.refused(machine, incarnation, attempt),
             LoopEvent::Quiet => {
                 self.incarnation = None;
                 return;
@@ -660,6 +681,13 @@ impl LoopState {
                             .collect();
                         for machine in recent {
                             self.fence_suspect(machine);
+                        }
+                        // A machine that died with the old controller is
+                        // found after two heartbeat periods (the live ones
+                        // have heartbeated by then) instead of a lease.
+                        let machines: Vec<MachineId> = self.committed.machines.keys().copied().collect();
+                        for machine in machines {
+                            self.probe(machine, 0, HEARTBEAT_EVERY * 2);
                         }
                     }
                     if let Some(leader) = leader {
@@ -759,6 +787,67 @@ impl LoopState {
             return;
         }
         tracing::warn!(%machine, "gossip declared the machine down; fenced before its lease ran out");
+        let records = super::control::fence_machine(base, machine.get());
+        self.propose(records, Origin::Controller);
+    }
+
+    /// Checks whether `machine`'s process is gone: after `delay`, a TCP
+    /// connect to its first Kafka port, on a thread of its own. Refused
+    /// means nothing listens there (kill -9, a crash: the kernel answers for
+    /// the dead process), and the machine is fenced at once instead of when
+    /// its lease runs out (`refused`); failover then takes a round trip, not
+    /// `MACHINE_LEASE`. A timeout or any other answer proves nothing (a
+    /// partition, a slow machine) and leaves it to the lease. Asked when a
+    /// machine's connection to the controller closes, and of every machine
+    /// when this one becomes the controller.
+    fn probe(&mut self, machine: MachineId, attempt: u32, delay: Duration) {
+        if !self.engine.is_leader() || machine == self.engine.machine() || attempt >= PROBE_ATTEMPTS {
+            return;
+        }
+        let Some(registered) = self.committed.machines.get(&machine).filter(|m| !m.fenced) else { return };
+        let incarnation = registered.incarnation;
+        let first = registered
+            .nodes
+            .iter()
+            .filter_map(|n| self.committed.nodes.get(&super::metadata::NodeId(*n)))
+            .min_by_key(|placed| placed.core);
+        let Some(placed) = first else { return };
+        let Ok(port) = u16::try_from(placed.port) else { return };
+        let (host, events) = (placed.host.clone(), self.events.clone());
+        spawn("shardlog-ctl-probe", move || {
+            use std::net::ToSocketAddrs;
+            std::thread::sleep(delay);
+            let Some(addr) = (host.as_str(), port).to_socket_addrs().ok().and_then(|mut a| a.next()) else { return };
+            if let Err(err) = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+                if err.kind() == std::io::ErrorKind::ConnectionRefused {
+                    let _ = events.send(LoopEvent::Refused { machine, incarnation, attempt: attempt + 1 });
+                }
+            }
+        });
+    }
+
+    /// `machine`'s Kafka port refused a connection (see `probe`): fenced,
+    /// unless it registered again since, or heartbeated within two periods
+    /// (a machine that registered and is still opening its partitions before
+    /// it listens): then it is probed again after two more.
+    fn refused(&mut self, machine: MachineId, incarnation: u64, attempt: u32) {
+        if !self.engine.is_leader() {
+            return;
+        }
+        let base = self.speculative.as_ref().unwrap_or(&self.committed);
+        let same = base.machines.get(&machine).is_some_and(|m| !m.fenced && m.incarnation == incarnation);
+        if !same {
+            return;
+        }
+        let recent = self
+            .heard
+            .get(&machine.get())
+            .is_some_and(|(heard, at)| *heard == incarnation && at.elapsed() < HEARTBEAT_EVERY * 2);
+        if recent {
+            self.probe(machine, attempt, HEARTBEAT_EVERY * 2);
+            return;
+        }
+        tracing::warn!(%machine, "the machine's Kafka port refuses connections and it stopped heartbeating (its process is gone); fenced before its lease ran out");
         let records = super::control::fence_machine(base, machine.get());
         self.propose(records, Origin::Controller);
     }
@@ -1076,24 +1165,34 @@ fn accept_peers(listener: TcpListener, events: flume::Sender<LoopEvent>, stoppin
 /// fetches are answered on `reply`, this connection's way back; a
 /// connection this machine opened has none and takes only answers and
 /// Raft messages.
-fn read_from_peer(mut stream: TcpStream, events: flume::Sender<LoopEvent>, reply: Option<Outbox>) {
+fn read_from_peer(stream: TcpStream, events: flume::Sender<LoopEvent>, reply: Option<Outbox>) {
+    if let Some(peer) = read_frames(stream, &events, reply) {
+        let _ = events.send(LoopEvent::PeerClosed(peer));
+    }
+}
+
+/// `read_from_peer`'s loop; returns the machine that sent frames on this
+/// connection, if any did.
+fn read_frames(mut stream: TcpStream, events: &flume::Sender<LoopEvent>, reply: Option<Outbox>) -> Option<MachineId> {
+    let mut peer = None;
     loop {
         let frame = match wire::read_frame(&mut stream) {
             Ok(frame) => frame,
-            Err(wire::FrameError::Io(_)) => return,
+            Err(wire::FrameError::Io(_)) => return peer,
             Err(err) => {
                 tracing::warn!(error = %err, "controller port: closing a connection");
-                return;
+                return peer;
             }
         };
         let (from, kind) = (frame.from, frame.kind);
+        peer = Some(from);
         let event = decode_event(frame, reply.as_ref());
         let Some(event) = event else {
             tracing::warn!(%from, kind, "controller port: a frame that does not decode or belong here; closing");
-            return;
+            return peer;
         };
         if events.send(event).is_err() {
-            return;
+            return None;
         }
     }
 }
