@@ -22,6 +22,14 @@
 //! Once the file holds much more than its live state it is rewritten (a
 //! temporary file, fsync, rename, fsync of the directory).
 //!
+//! A full disk: the directory keeps a reserve file (`RESERVE_FILE`,
+//! `RESERVE_BYTES` of zeros, made at open where there is room). A write or
+//! sync that fails with ENOSPC cuts what it wrote, deletes the reserve and
+//! tries once more, so the metadata log keeps working when the partitions'
+//! data filled the disk (a Kafka client's first group lookup creates
+//! `__consumer_offsets`: a metadata write). A rewrite that fails leaves the
+//! file as it was.
+//!
 //! Blocking I/O: it runs on the controller's own thread, never on a core
 //! that serves Kafka clients.
 
@@ -42,6 +50,9 @@ pub const FRAME_BYTES_MAX: usize = 256 << 20;
 const REWRITE_RATIO: u64 = 4;
 const REWRITE_BYTES_MIN: u64 = 16 << 20;
 const FRAME_HEADER_BYTES: usize = 8;
+/// Space kept free for the metadata log on a disk that fills up.
+pub const RESERVE_FILE: &str = "raft.reserve";
+const RESERVE_BYTES: usize = 4 << 20;
 
 const KIND_ENTRIES: u8 = 1;
 const KIND_HARD_STATE: u8 = 2;
@@ -85,6 +96,7 @@ impl RaftLog {
             file.set_len(at as u64).map_err(io)?;
             file.sync_all().map_err(io)?;
         }
+        make_reserve(&dir.join(RESERVE_FILE));
         Ok(Self { path, file, state, file_bytes: at as u64 })
     }
 
@@ -106,22 +118,50 @@ impl RaftLog {
         if let Some(hard_state) = &persist.hard_state {
             frames.push(frame(KIND_HARD_STATE, &hard_state.encode_to_vec()));
         }
-        for bytes in &frames {
-            self.append(bytes)?;
-        }
-        if persist.must_sync && !frames.is_empty() {
-            self.file.sync_data().map_err(|source| self.io_error(source))?;
-        }
-        self.rewrite_if_bloated()
+        self.write_frames_or_use_reserve(&frames, persist.must_sync)?;
+        self.rewrite_if_bloated();
+        Ok(())
     }
 
     /// Stores a compaction snapshot (`QuorumEngine::compact`): entries
     /// after its index stay.
     pub fn compact(&mut self, snapshot: &Snapshot) -> Result<(), RaftLogError> {
         let index = snapshot.get_metadata().index;
-        self.append(&encode_snapshot(snapshot, Some(index)))?;
-        self.file.sync_data().map_err(|source| self.io_error(source))?;
-        self.rewrite_if_bloated()
+        self.write_frames_or_use_reserve(&[encode_snapshot(snapshot, Some(index))], true)?;
+        self.rewrite_if_bloated();
+        Ok(())
+    }
+
+    /// `write_frames`, once more after deleting the reserve when the disk
+    /// is full.
+    fn write_frames_or_use_reserve(&mut self, frames: &[Vec<u8>], sync: bool) -> Result<(), RaftLogError> {
+        match self.write_frames(frames, sync) {
+            Err(RaftLogError::Io { source, .. }) if source.raw_os_error() == Some(libc::ENOSPC) => {
+                let reserve = self.path.with_file_name(RESERVE_FILE);
+                if std::fs::remove_file(&reserve).is_err() {
+                    return Err(self.io_error(source));
+                }
+                tracing::error!(reserve = %reserve.display(), "the disk is full: the metadata log uses its reserve; free space (delete records or topics) before it runs out too");
+                self.write_frames(frames, sync)
+            }
+            other => other,
+        }
+    }
+
+    /// Appends `frames` and syncs when asked; a failure cuts what was
+    /// appended, so the file ends on a whole frame.
+    fn write_frames(&mut self, frames: &[Vec<u8>], sync: bool) -> Result<(), RaftLogError> {
+        let (bytes_before, state_before) = (self.file_bytes, self.state.clone());
+        let mut result = frames.iter().try_for_each(|bytes| self.append(bytes));
+        if result.is_ok() && sync && !frames.is_empty() {
+            result = self.file.sync_data().map_err(|source| self.io_error(source));
+        }
+        if result.is_err() {
+            let _ = self.file.set_len(bytes_before);
+            self.file_bytes = bytes_before;
+            self.state = state_before;
+        }
+        result
     }
 
     fn append(&mut self, bytes: &[u8]) -> Result<(), RaftLogError> {
@@ -134,8 +174,16 @@ impl RaftLog {
         Ok(())
     }
 
-    /// Rewrites the file as its live state once it has grown far past it.
-    fn rewrite_if_bloated(&mut self) -> Result<(), RaftLogError> {
+    /// Rewrites the file as its live state once it has grown far past it;
+    /// a rewrite that fails (a full disk) leaves the file as it was.
+    fn rewrite_if_bloated(&mut self) {
+        if let Err(err) = self.rewrite() {
+            tracing::warn!(error = %err, "raft log: rewriting the file failed; it stays as it is");
+            let _ = std::fs::remove_file(self.path.with_file_name(format!("{FILE_NAME}.tmp")));
+        }
+    }
+
+    fn rewrite(&mut self) -> Result<(), RaftLogError> {
         let live = live_frames(&self.state);
         let live_bytes: u64 = live.iter().map(|f| f.len() as u64).sum();
         if self.file_bytes < REWRITE_BYTES_MIN.max(live_bytes.saturating_mul(REWRITE_RATIO)) {
@@ -162,6 +210,21 @@ impl RaftLog {
 
     fn path_text(&self) -> String {
         self.path.display().to_string()
+    }
+}
+
+/// Writes the reserve file where it is missing and the disk has room.
+fn make_reserve(path: &Path) {
+    if path.exists() {
+        return;
+    }
+    let made = File::create(path).and_then(|mut f| {
+        f.write_all(&vec![0u8; RESERVE_BYTES])?;
+        f.sync_all()
+    });
+    if let Err(err) = made {
+        let _ = std::fs::remove_file(path);
+        tracing::warn!(path = %path.display(), error = %err, "no room for the metadata log's reserve");
     }
 }
 
