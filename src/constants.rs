@@ -25,6 +25,19 @@ pub const FETCH_WAIT_MS_MAX: i32 = 60_000;
 /// machine that dies is fenced (and leaves every ISR at once) before its
 /// followers are dropped one partition at a time.
 pub const REPLICA_LAG_TIME_MS_MAX_DEFAULT: u64 = 5 * REPLICA_FETCH_WAIT_MS as u64;
+/// Kafka's internal topic of committed consumer-group offsets.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+/// `offsets.topic.num.partitions`: Kafka's is 50; 16 (Redpanda's) keeps
+/// a small machine's open logs and follower traffic down, and spreads
+/// groups over 16 coordinators, more than a cluster has cores for a while.
+pub const OFFSETS_TOPIC_PARTITIONS_DEFAULT: i32 = 16;
+/// `offsets.topic.replication.factor`, as Kafka's.
+pub const OFFSETS_TOPIC_REPLICATION_FACTOR_DEFAULT: i16 = 3;
+/// Segments of `__consumer_offsets`: small, so the snapshot compaction
+/// (`shard::groups`) frees space soon.
+pub const OFFSETS_TOPIC_SEGMENT_BYTES: u64 = 16 << 20;
+/// How long a group's offset commit waits for the in-sync replicas.
+pub const OFFSETS_COMMIT_TIMEOUT_MS: i32 = 5_000;
 /// How long a follower's fetch waits at the leader for new data.
 pub const REPLICA_FETCH_WAIT_MS: i32 = 500;
 /// Bytes a follower asks for per partition and per fetch.

@@ -275,6 +275,12 @@ struct ServeArgs {
     /// Largest session timeout a consumer may ask for (group.max.session.timeout.ms) [default: 1800000].
     #[arg(long, env = "SHARDLOG_GROUP_MAX_SESSION_TIMEOUT_MS")]
     group_max_session_timeout_ms: Option<i32>,
+    /// Partitions of __consumer_offsets, where committed offsets live, when the cluster first creates it (offsets.topic.num.partitions) [default: 16].
+    #[arg(long, env = "SHARDLOG_OFFSETS_TOPIC_PARTITIONS")]
+    offsets_topic_partitions: Option<i32>,
+    /// Replicas of __consumer_offsets, at most the machines serving when it is created (offsets.topic.replication.factor) [default: 3].
+    #[arg(long, env = "SHARDLOG_OFFSETS_TOPIC_REPLICATION_FACTOR")]
+    offsets_topic_replication_factor: Option<i16>,
 }
 
 impl ServeArgs {
@@ -323,6 +329,8 @@ impl ServeArgs {
             group_initial_rebalance_delay_ms => config.group.initial_rebalance_delay_ms,
             group_min_session_timeout_ms => config.group.session_timeout_ms_min,
             group_max_session_timeout_ms => config.group.session_timeout_ms_max,
+            offsets_topic_partitions => config.group.offsets_topic_partitions,
+            offsets_topic_replication_factor => config.group.offsets_topic_replication_factor,
         );
         if self.advertised_host.is_some() {
             config.advertised_host = self.advertised_host;

@@ -696,7 +696,7 @@ impl Exposition {
         gauge(
             out,
             "shardlog_offsets_log_size_bytes",
-            "Bytes of the committed-offsets log segments on disk, by core.",
+            "Bytes of the __consumer_offsets replicas (committed group offsets) on disk, by core.",
             self.per_core(|s| s.groups.offsets_log_bytes as i64),
         )?;
         gauge(
@@ -1039,7 +1039,7 @@ pub fn status(snapshots: &[CoreSnapshot], context: &ScrapeContext, data_dir: &st
                 node_id: s.node_id,
                 partitions: s.partitions_assigned,
                 leaders: s.partitions.iter().filter(|p| p.leader).count(),
-                log_size_bytes: s.partitions.iter().map(|p| p.size_bytes).sum::<u64>() + s.groups.offsets_log_bytes,
+                log_size_bytes: s.partitions.iter().map(|p| p.size_bytes).sum::<u64>(),
                 connections: s.counters.connections_open,
                 groups: s.groups.groups,
             })

@@ -639,3 +639,137 @@ fn a_consumer_in_a_followers_rack_is_sent_to_that_follower_which_serves_up_to_it
     let refused = produce(&mut at_follower, "racked", 0, batch("no", 1), 1);
     assert_eq!(refused.topics[0].partitions[0].error, ErrorCode::NotLeaderOrFollower, "followers take no writes");
 }
+
+/// FindCoordinator for `group` through the machine at `port`: the node
+/// and its port, retrying while the cluster has none to name.
+fn find_coordinator(port: u16, group: &str) -> Option<(i32, u16)> {
+    use shardlog::protocol::find_coordinator::{FindCoordinatorRequest, FindCoordinatorResponse};
+    let mut conn = shardlog::client::Connection::connect(("127.0.0.1", port), Duration::from_secs(5)).ok()?;
+    let request = FindCoordinatorRequest { key: group.into(), key_type: 0 };
+    let reader = conn.request(shardlog::protocol::ApiKey::FindCoordinator, 2, |w| request.encode(w, 2)).ok()?;
+    let answer = shardlog::client::decode(reader, 2, FindCoordinatorResponse::decode).ok()?;
+    (answer.error == ErrorCode::None).then_some((answer.node_id, answer.port as u16))
+}
+
+/// An admin OffsetCommit (generation -1) of `offsets` of `topic`; the
+/// first partition's error.
+fn commit_offsets(port: u16, group: &str, topic: &str, offsets: &[(i32, i64)]) -> ErrorCode {
+    use shardlog::protocol::offset_commit::*;
+    let request = OffsetCommitRequest {
+        group_id: group.into(),
+        generation_id: -1,
+        member_id: String::new(),
+        group_instance_id: None,
+        retention_time_ms: -1,
+        topics: vec![OffsetCommitTopic {
+            name: topic.into(),
+            partitions: offsets
+                .iter()
+                .map(|(p, o)| OffsetCommitPartition {
+                    partition_index: *p,
+                    committed_offset: *o,
+                    committed_leader_epoch: -1,
+                    committed_metadata: None,
+                })
+                .collect(),
+        }],
+    };
+    let mut conn = connect(port);
+    let reader = conn.request(shardlog::protocol::ApiKey::OffsetCommit, 7, |w| request.encode(w, 7)).unwrap();
+    let answer = shardlog::client::decode(reader, 7, OffsetCommitResponse::decode).unwrap();
+    answer.topics[0].partitions[0].error
+}
+
+/// OffsetFetch of `partitions` of `topic`: the top-level error and offsets.
+fn fetch_offsets(port: u16, group: &str, topic: &str, partitions: &[i32]) -> (ErrorCode, Vec<i64>) {
+    use shardlog::protocol::offset_fetch::*;
+    let request = OffsetFetchRequest {
+        group_id: group.into(),
+        topics: Some(vec![OffsetFetchTopic { name: topic.into(), partition_indexes: partitions.to_vec() }]),
+    };
+    let mut conn = connect(port);
+    let reader = conn.request(shardlog::protocol::ApiKey::OffsetFetch, 5, |w| request.encode(w, 5)).unwrap();
+    let answer = shardlog::client::decode(reader, 5, OffsetFetchResponse::decode).unwrap();
+    let offsets =
+        answer.topics.first().map_or(Vec::new(), |t| t.partitions.iter().map(|p| p.committed_offset).collect());
+    (answer.error, offsets)
+}
+
+#[test]
+fn committed_offsets_live_in_a_replicated_consumer_offsets_and_survive_the_kill_of_the_coordinators_machine() {
+    let _serial = serial();
+    let mut cluster = Cluster::start_voters(3, 3);
+    cluster.create_topic_through(1, "orders", 2);
+    // The first lookup creates __consumer_offsets, three replicas each.
+    let (node, port) = find_coordinator(cluster.machines[0].port, "billing").expect("a coordinator");
+    let metadata = await_metadata(&cluster, 0, "__consumer_offsets fully in sync", |m| {
+        m.topics.iter().any(|t| t.name == "__consumer_offsets" && t.partitions.iter().all(|p| p.isr_nodes.len() == 3))
+    });
+    let offsets_topic = metadata.topics.iter().find(|t| t.name == "__consumer_offsets").unwrap();
+    assert!(offsets_topic.is_internal);
+    assert_eq!(offsets_topic.partitions.len(), 16);
+    let partition = shardlog::cluster::metadata::offsets_partition("billing", 16);
+    assert_eq!(
+        partition_of(&metadata, "__consumer_offsets", partition).leader_id,
+        node,
+        "the coordinator leads the group's partition"
+    );
+
+    let mut acknowledged = 0;
+    for round in 1..=20 {
+        assert_eq!(commit_offsets(port, "billing", "orders", &[(0, round), (1, 100 + round)]), ErrorCode::None);
+        acknowledged = round;
+    }
+    let dead = cluster.machine_of_port(port);
+    cluster.machine(dead).kill();
+    let survivor = (0..3).find(|i| *i as u64 + 1 != dead).expect("a survivor");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (offsets, new_node) = loop {
+        if let Some((new_node, new_port)) = find_coordinator(cluster.machines[survivor].port, "billing") {
+            if new_node != node {
+                let (error, offsets) = fetch_offsets(new_port, "billing", "orders", &[0, 1]);
+                if error == ErrorCode::None {
+                    break (offsets, new_node);
+                }
+                assert!(matches!(error, ErrorCode::NotCoordinator | ErrorCode::CoordinatorLoadInProgress), "{error:?}");
+            }
+        }
+        assert!(Instant::now() < deadline, "no new coordinator within 20 s");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_ne!(new_node, node);
+    assert_eq!(offsets, vec![acknowledged, 100 + acknowledged], "every acknowledged commit, after the failover");
+    let new_port = find_coordinator(cluster.machines[survivor].port, "billing").unwrap().1;
+    assert_eq!(
+        commit_offsets(new_port, "billing", "orders", &[(0, 50)]),
+        ErrorCode::None,
+        "two of three replicas take commits"
+    );
+
+    // The dead machine comes back as a follower of the group's partition,
+    // copies what it missed, and takes over again when it leads.
+    cluster.machine(dead).spawn();
+    await_metadata(&cluster, survivor, "the returning replica back in the ISR", |m| {
+        partition_of(m, "__consumer_offsets", partition).isr_nodes.len() == 3
+    });
+    // A preferred-leader election (ElectLeaders, type 0) moves it back.
+    let elect = shardlog::protocol::elect_leaders::ElectLeadersRequest {
+        election_type: 0,
+        topic_partitions: Some(vec![("__consumer_offsets".into(), vec![partition])]),
+        timeout_ms: 10_000,
+    };
+    let mut conn = connect(cluster.machines[survivor].port);
+    conn.request(shardlog::protocol::ApiKey::ElectLeaders, 2, |w| elect.encode(w, 2)).expect("elect leaders");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some((back, back_port)) = find_coordinator(cluster.machines[survivor].port, "billing") {
+            let (error, offsets) = fetch_offsets(back_port, "billing", "orders", &[0, 1]);
+            if back == node && error == ErrorCode::None {
+                assert_eq!(offsets, vec![50, 100 + acknowledged], "the old coordinator copied the commit it missed");
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "the preferred leader did not coordinate again within 20 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -175,7 +175,9 @@ fn offsets_log_is_compacted_and_stays_bounded() {
         commit(&mut conn, "churn", "busy", &offsets);
     }
     std::thread::sleep(Duration::from_millis(500));
-    let dir = broker.data_dir().join("__groups").join("core-0");
+    let partitions = shardlog::constants::OFFSETS_TOPIC_PARTITIONS_DEFAULT as usize;
+    let partition = shardlog::cluster::metadata::offsets_partition("churn", partitions);
+    let dir = broker.data_dir().join(format!("__consumer_offsets-{partition}"));
     let start: i64 =
         std::fs::read_to_string(dir.join("log-start")).expect("compaction moved the log start").trim().parse().unwrap();
     assert!(start > 0);
@@ -212,7 +214,9 @@ fn group_admin_resets_and_deletes_an_empty_group() {
 }
 
 #[test]
-fn a_restart_with_another_core_count_is_refused_while_groups_hold_committed_offsets() {
+fn a_restart_with_another_core_count_keeps_committed_offsets() {
+    // Offsets live in __consumer_offsets, whose partitions move to the
+    // cores that still run, not in a log of the core a group hashed to.
     let mut broker = Broker::start(2, &[]);
     create_topic(&broker, "orders", 2, &[]);
     let found = coordinator(&broker, "billing");
@@ -220,18 +224,78 @@ fn a_restart_with_another_core_count_is_refused_while_groups_hold_committed_offs
     commit(&mut conn, "billing", "orders", &[(0, 5), (1, 7)]);
     drop(conn);
     assert_eq!(broker.stop(), 0);
-
-    let port = free_ports(1);
-    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_shardlog"))
-        .args(["serve", "--cores", "1", "--metrics-port", "0", "--port", &port.to_string(), "--data"])
-        .arg(broker.data_dir())
-        .output()
-        .expect("run shardlog");
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(!refused.status.success(), "a start that would lose the groups' offsets is refused: {stderr}");
-    assert!(stderr.contains("Start with --cores 2"), "{stderr}");
-
+    broker.cores = 1;
     broker.spawn();
+    let found = coordinator(&broker, "billing");
+    assert_eq!(found.port, i32::from(broker.port), "one core coordinates every group");
     let mut conn = broker.connect_port(found.port as u16);
     assert_eq!(committed(&mut conn, "billing", "orders", &[0, 1]), vec![5, 7]);
+}
+
+/// One batch of old-format offsets log records (key and value as
+/// `group::offsets` encodes them), as a pre-`__consumer_offsets` shardlog
+/// wrote them to `__groups/core-<n>/`.
+fn legacy_offsets_batch(commits: &[(&str, &str, i32, i64)]) -> Vec<u8> {
+    use shardlog::group::{CommittedOffset, OffsetKey, OffsetRecord};
+    use shardlog::protocol::record_batch::{encode_batch, ProducerFields, Record};
+    let records: Vec<Record> = commits
+        .iter()
+        .enumerate()
+        .map(|(i, (group, topic, partition, offset))| {
+            let record = OffsetRecord {
+                key: OffsetKey { group_id: group.to_string(), topic: topic.to_string(), partition: *partition },
+                value: Some(CommittedOffset {
+                    offset: *offset,
+                    leader_epoch: -1,
+                    metadata: "kept".into(),
+                    commit_timestamp_ms: 1,
+                }),
+            };
+            let encoded = record.encode().unwrap();
+            Record {
+                key: Some(encoded.key),
+                value: encoded.value,
+                headers: Vec::new(),
+                timestamp_delta: 0,
+                offset_delta: i as i32,
+            }
+        })
+        .collect();
+    encode_batch(&records, 1, ProducerFields::NONE).to_vec()
+}
+
+#[test]
+fn offsets_in_the_old_per_core_logs_are_imported_into_consumer_offsets_once() {
+    let mut broker = Broker::start(1, &[]);
+    create_topic(&broker, "orders", 2, &[]);
+    assert_eq!(broker.stop(), 0);
+    // Two cores' logs of an older shardlog; the later commit of a key wins.
+    let old = broker.data_dir().join("__groups");
+    for (core, commits) in [
+        (0, vec![("billing", "orders", 0, 3), ("billing", "orders", 0, 5)]),
+        (1, vec![("billing", "orders", 1, 7), ("audit", "orders", 0, 2)]),
+    ] {
+        let dir = old.join(format!("core-{core}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut segment = legacy_offsets_batch(&commits);
+        segment.resize(segment.len() + 4096, 0);
+        std::fs::write(dir.join("00000000000000000000.log"), segment).unwrap();
+    }
+    broker.spawn();
+    let imported = broker.data_dir().join("__groups.imported");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !imported.exists() {
+        assert!(std::time::Instant::now() < deadline, "the old logs were not imported");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!old.exists(), "the old directory is renamed once imported");
+    let mut conn = broker.connect_port(coordinator(&broker, "billing").port as u16);
+    assert_eq!(committed(&mut conn, "billing", "orders", &[0, 1]), vec![5, 7]);
+    let mut conn = broker.connect_port(coordinator(&broker, "audit").port as u16);
+    assert_eq!(committed(&mut conn, "audit", "orders", &[0, 1]), vec![2, -1]);
+    // The import does not run again: a newer commit stays.
+    commit(&mut conn, "audit", "orders", &[(0, 9)]);
+    broker.restart();
+    let mut conn = broker.connect_port(coordinator(&broker, "audit").port as u16);
+    assert_eq!(committed(&mut conn, "audit", "orders", &[0]), vec![9]);
 }

@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -130,8 +130,10 @@ fn metrics_match_the_bytes_records_and_requests_clients_sent_and_received() {
         1.0
     );
     assert_eq!(m.sum("shardlog_requests_in_flight", &[("api", "Produce")]), 0.0);
-    assert_eq!(m.sum("shardlog_partitions", &[]), 2.0);
-    assert_eq!(m.sum("shardlog_partition_leaders", &[]), 2.0);
+    // The topic's 2 and __consumer_offsets' (created by the first group).
+    let offsets_partitions = f64::from(shardlog::constants::OFFSETS_TOPIC_PARTITIONS_DEFAULT);
+    assert_eq!(m.sum("shardlog_partitions", &[]), 2.0 + offsets_partitions);
+    assert_eq!(m.sum("shardlog_partition_leaders", &[]), 2.0 + offsets_partitions);
     assert_eq!(m.sum("shardlog_topic_size_bytes", &ops), sent_bytes as f64, "the log holds the batches as sent");
     assert_eq!(m.sum("shardlog_partition_log_end_offset", &[("topic", "ops"), ("partition", "0")]), 25.0);
     assert_eq!(m.sum("shardlog_partition_high_watermark", &[("topic", "ops"), ("partition", "1")]), 25.0);
@@ -345,12 +347,12 @@ fn a_taken_kafka_port_ends_start_with_an_error_naming_the_core_once_and_the_port
 }
 
 #[test]
-fn a_core_that_cannot_open_its_offsets_log_ends_start_naming_the_core_and_the_absolute_path_once() {
+fn unreadable_old_offsets_logs_end_start_with_an_error_naming_the_absolute_path() {
     // A relative --data: the error names the path it resolved to.
     let dir = tempfile::tempdir().expect("tempdir");
     let cwd = dir.path().canonicalize().expect("canonical tempdir");
-    std::fs::create_dir_all(cwd.join("rel/__groups")).expect("mkdir");
-    std::fs::write(cwd.join("rel/__groups/core-1"), b"not a directory").expect("block core 1's offsets log");
+    std::fs::create_dir_all(cwd.join("rel")).expect("mkdir");
+    std::fs::write(cwd.join("rel/__groups"), b"not a directory").expect("block the old offsets logs");
     let port = free_ports(2).to_string();
     let (status, stderr) = serve_in_until_exit(
         &cwd,
@@ -359,11 +361,8 @@ fn a_core_that_cannot_open_its_offsets_log_ends_start_naming_the_core_and_the_ab
     );
     assert!(!status.success(), "{stderr}");
     let error = stderr.lines().find(|l| l.starts_with("shardlog: ")).unwrap_or_else(|| panic!("no error: {stderr}"));
-    let path = cwd.join("rel/__groups/core-1").display().to_string();
-    assert_eq!(
-        error,
-        format!("shardlog: core 1: opening the group offsets log failed: i/o error on {path}: Not a directory (os error 20)")
-    );
+    let path = cwd.join("rel/__groups").display().to_string();
+    assert_eq!(error, format!("shardlog: reading the old group offsets logs in {path}: Not a directory (os error 20)"));
 }
 
 #[test]
@@ -497,7 +496,13 @@ fn notable_events_are_logged_once_at_info_without_per_request_lines() {
     let messages: Vec<&str> = lines.iter().filter_map(|l| l["fields"]["message"].as_str()).collect();
     let count = |message: &str| messages.iter().filter(|m| **m == message).count();
     assert_eq!(count("shardlog serving"), 1, "{log}");
-    assert_eq!(count("topic created"), 1, "{log}");
+    let created: BTreeSet<&str> = lines
+        .iter()
+        .filter(|l| l["fields"]["message"] == "topic created")
+        .filter_map(|l| l["fields"]["topic"].as_str())
+        .collect();
+    assert_eq!(count("topic created"), 2, "{log}");
+    assert_eq!(created, BTreeSet::from(["events", "__consumer_offsets"]), "the first group creates the offsets topic");
     assert!(count("rolled segment") >= 1, "{log}");
     assert_eq!(count("group rebalanced"), 1, "{log}");
     assert_eq!(count("topic deleted"), 1, "{log}");

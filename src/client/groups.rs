@@ -262,4 +262,62 @@ impl GroupAdmin {
         }
         Ok(partitions.into_iter().map(|(_, p)| p).zip(offsets).collect())
     }
+
+    /// Commits `offsets` (topic, partition, offset, leader epoch, metadata)
+    /// for `group_id` where the group has no commit yet, as an admin
+    /// (generation -1: the group must have no active members). Returns how
+    /// many were written.
+    pub fn import_offsets(
+        &mut self,
+        group_id: &str,
+        offsets: &[(String, i32, i64, i32, String)],
+    ) -> Result<usize, GroupAdminError> {
+        let mut coordinator = self.coordinator(group_id)?;
+        let request = OffsetFetchRequest { group_id: group_id.into(), topics: None };
+        let reader = coordinator.request(ApiKey::OffsetFetch, 5, |w| request.encode(w, 5))?;
+        let answer = decode(reader, 5, OffsetFetchResponse::decode)?;
+        check(format!("fetch offsets of {group_id}"), answer.error)?;
+        let committed: std::collections::BTreeSet<(String, i32)> = answer
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions.iter().filter(|p| p.committed_offset >= 0).map(|p| (t.name.clone(), p.partition_index))
+            })
+            .collect();
+        let mut topics: BTreeMap<&str, Vec<OffsetCommitPartition>> = BTreeMap::new();
+        for (topic, partition, offset, leader_epoch, metadata) in offsets {
+            if committed.contains(&(topic.clone(), *partition)) {
+                continue;
+            }
+            topics.entry(topic).or_default().push(OffsetCommitPartition {
+                partition_index: *partition,
+                committed_offset: *offset,
+                committed_leader_epoch: *leader_epoch,
+                committed_metadata: Some(metadata.clone()),
+            });
+        }
+        let count = topics.values().map(Vec::len).sum();
+        if count == 0 {
+            return Ok(0);
+        }
+        let request = OffsetCommitRequest {
+            group_id: group_id.into(),
+            generation_id: -1,
+            member_id: String::new(),
+            group_instance_id: None,
+            retention_time_ms: -1,
+            topics: topics
+                .into_iter()
+                .map(|(name, partitions)| OffsetCommitTopic { name: name.into(), partitions })
+                .collect(),
+        };
+        let reader = coordinator.request(ApiKey::OffsetCommit, 7, |w| request.encode(w, 7))?;
+        let answer = decode(reader, 7, OffsetCommitResponse::decode)?;
+        for topic in &answer.topics {
+            for p in &topic.partitions {
+                check(format!("commit {topic}-{}", p.partition_index, topic = topic.name), p.error)?;
+            }
+        }
+        Ok(count)
+    }
 }

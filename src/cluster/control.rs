@@ -153,6 +153,14 @@ pub fn delete_topics(image: &ClusterImage, names: &[String]) -> Decision {
     let mut decision = Decision::default();
     let mut removed = BTreeSet::new();
     for name in names {
+        if name == constants::OFFSETS_TOPIC {
+            decision.items.push(ItemResult {
+                name: name.clone(),
+                error: ErrorCode::InvalidRequest,
+                message: Some(format!("{name} is internal: it holds every group's committed offsets")),
+            });
+            continue;
+        }
         match image.topic_ids.get(name) {
             Some(id) if removed.insert(*id) => {
                 decision.records.push(MetadataRecord::RemoveTopic { topic_id: *id });
@@ -178,6 +186,12 @@ pub fn create_partitions(image: &ClusterImage, name: &str, count: i32, assignmen
     let Some(topic) = image.topic(name) else {
         return refused(ErrorCode::UnknownTopicOrPartition, "no such topic".into());
     };
+    if name == constants::OFFSETS_TOPIC {
+        return refused(
+            ErrorCode::InvalidRequest,
+            format!("{name} is internal: more partitions would move groups away from their committed offsets"),
+        );
+    }
     let current = topic.partitions.len() as i32;
     if count <= current || count > constants::TOPIC_PARTITIONS_MAX {
         return refused(

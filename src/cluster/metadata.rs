@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use super::ids::MachineId;
 use super::image::ClusterImage;
+use crate::constants::OFFSETS_TOPIC;
 
 use rkyv::{Archive, Deserialize, Serialize};
 
@@ -362,30 +363,24 @@ impl MetadataImage {
             .map(|(id, _)| *id)
     }
 
-    /// The coordinator of `group`: the machine that wins a rendezvous hash
-    /// of the group over every registered machine (adding a machine moves
-    /// only the groups it wins), then that machine's core
-    /// `crc32(group) % cores`, as on a single machine (so a machine alone
-    /// keeps its groups where they were).
-    pub fn group_coordinator(&self, group: &str) -> Placement {
-        let core_of = |cores: usize| (crc32fast::hash(group.as_bytes()) % cores.max(1) as u32) as u32;
-        if self.cluster.machines.is_empty() {
-            let shard = ShardId(core_of(self.nodes.len()));
-            return self.node_of_shard(shard).map_or(Placement::Unavailable, |n| Placement::Local(shard, n));
-        }
-        let winner =
-            self.cluster.machines.iter().max_by_key(|(id, _)| rendezvous(group, id.get())).map(|(_, m)| m.clone());
-        let Some(machine) = winner else { return Placement::Unavailable };
-        let mut cores: Vec<(u32, NodeId)> = machine
-            .nodes
-            .iter()
-            .filter_map(|n| self.cluster.nodes.get(&NodeId(*n)).map(|p| (p.core, NodeId(*n))))
-            .collect();
-        cores.sort();
-        match cores.get(core_of(cores.len()) as usize) {
-            Some((_, node)) => self.placement_of(*node),
-            None => Placement::Unavailable,
-        }
+    /// The coordinator of `group`, as Kafka places it: the leader of
+    /// `__consumer_offsets` partition `offsets_partition(group, n)`, with
+    /// that partition. None before the cluster has created that topic.
+    pub fn group_coordinator(&self, group: &str) -> Option<(i32, Placement)> {
+        let topic = self.cluster.topic_ids.get(OFFSETS_TOPIC).and_then(|id| self.cluster.topics.get(id))?;
+        let partition = offsets_partition(group, topic.partitions.len());
+        let leader = topic.partitions.get(usize::try_from(partition).ok()?)?.leader;
+        let placement = if leader < 0 { Placement::Unavailable } else { self.placement_of(NodeId(leader)) };
+        Some((partition, placement))
+    }
+
+    /// The partitions of `__consumer_offsets` (0 before it exists).
+    pub fn offsets_partitions(&self) -> usize {
+        self.cluster
+            .topic_ids
+            .get(OFFSETS_TOPIC)
+            .and_then(|id| self.cluster.topics.get(id))
+            .map_or(0, |t| t.partitions.len())
     }
 
     /// The node a core serves as; `None` for a core this machine does not
@@ -413,17 +408,15 @@ impl MetadataImage {
     }
 }
 
-/// A group's weight for a machine in the rendezvous hash: FNV-1a of the
-/// group with the machine id, mixed (stable across versions and machines).
-fn rendezvous(group: &str, machine: u64) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in group.as_bytes().iter().chain(&machine.to_le_bytes()) {
-        hash ^= u64::from(*byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash ^= hash >> 33;
-    hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    hash ^ (hash >> 33)
+/// The `__consumer_offsets` partition of `group` among `partitions`:
+/// Kafka's `Utils.abs(groupId.hashCode()) % partitions`, with Java's
+/// String hash over UTF-16 code units, so a group lives in the partition
+/// a Kafka cluster with as many partitions would put it in.
+pub fn offsets_partition(group: &str, partitions: usize) -> i32 {
+    let hash = group.encode_utf16().fold(0i32, |h, unit| h.wrapping_mul(31).wrapping_add(i32::from(unit)));
+    // Kafka's Utils.abs: i32::MIN maps to 0.
+    let positive = if hash == i32::MIN { 0 } else { hash.abs() };
+    (positive as i64 % partitions.max(1) as i64) as i32
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -502,6 +495,22 @@ pub fn store(dir: &Path, metadata: &PersistedMetadata) -> Result<(), MetadataErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn groups_map_to_offsets_partitions_as_kafka_maps_them() {
+        // Java: "hello".hashCode() == 99162322.
+        assert_eq!(offsets_partition("hello", 50), 99_162_322 % 50);
+        assert_eq!(offsets_partition("", 16), 0);
+        // Java: "polygenelubricants".hashCode() == Integer.MIN_VALUE, which
+        // Kafka's Utils.abs maps to 0.
+        assert_eq!(offsets_partition("polygenelubricants", 7), 0);
+        // Java hashes of long strings overflow to negative numbers; every
+        // group still lands in range.
+        for group in ["g", "group-1", "консьюмер", "AaAaAaAaAaAaAa"] {
+            let p = offsets_partition(group, 16);
+            assert!((0..16).contains(&p), "{group} -> {p}");
+        }
+    }
 
     #[test]
     fn persisted_metadata_round_trips_and_detects_corruption() {

@@ -38,6 +38,7 @@ pub enum ConfigType {
     Boolean = 1,
     String = 2,
     Int = 3,
+    Short = 4,
     Long = 5,
     List = 7,
 }
@@ -104,6 +105,8 @@ pub const BROKER_CONFIG_NAMES: &[&str] = &[
     "group.min.session.timeout.ms",
     "group.max.session.timeout.ms",
     "group.initial.rebalance.delay.ms",
+    "offsets.topic.num.partitions",
+    "offsets.topic.replication.factor",
 ];
 
 /// The broker configs of one node (`describe_broker`), with the layers that
@@ -254,6 +257,12 @@ pub fn definition(name: &str) -> Definition {
         "group.initial.rebalance.delay.ms" => {
             (ConfigType::Int, false, "How long a new group waits for more members before its first rebalance.")
         }
+        "offsets.topic.num.partitions" => {
+            (ConfigType::Int, false, "Partitions of __consumer_offsets when the cluster creates it.")
+        }
+        "offsets.topic.replication.factor" => {
+            (ConfigType::Short, false, "Replicas of __consumer_offsets when the cluster creates it.")
+        }
         _ => (ConfigType::String, false, ""),
     };
     Definition { config_type, dynamic, documentation }
@@ -319,6 +328,8 @@ fn static_value(name: &str, config: &ServeConfig, node: &NodeInfo) -> String {
         "group.min.session.timeout.ms" => config.group.session_timeout_ms_min.to_string(),
         "group.max.session.timeout.ms" => config.group.session_timeout_ms_max.to_string(),
         "group.initial.rebalance.delay.ms" => config.group.initial_rebalance_delay_ms.to_string(),
+        "offsets.topic.num.partitions" => config.group.offsets_topic_partitions.to_string(),
+        "offsets.topic.replication.factor" => config.group.offsets_topic_replication_factor.to_string(),
         _ => String::new(),
     }
 }

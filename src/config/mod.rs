@@ -81,6 +81,13 @@ pub struct GroupSettings {
     pub initial_rebalance_delay_ms: u64,
     pub session_timeout_ms_min: i32,
     pub session_timeout_ms_max: i32,
+    /// Partitions of `__consumer_offsets` when the cluster creates it
+    /// (offsets.topic.num.partitions); a group lives in partition
+    /// `abs(java_hash(group)) % partitions`.
+    pub offsets_topic_partitions: i32,
+    /// Replicas of `__consumer_offsets` (offsets.topic.replication.factor),
+    /// fewer when fewer machines serve when it is created.
+    pub offsets_topic_replication_factor: i16,
 }
 
 impl Default for GroupSettings {
@@ -90,6 +97,8 @@ impl Default for GroupSettings {
             initial_rebalance_delay_ms: defaults.initial_rebalance_delay_ms,
             session_timeout_ms_min: defaults.session_timeout_ms_min,
             session_timeout_ms_max: defaults.session_timeout_ms_max,
+            offsets_topic_partitions: constants::OFFSETS_TOPIC_PARTITIONS_DEFAULT,
+            offsets_topic_replication_factor: constants::OFFSETS_TOPIC_REPLICATION_FACTOR_DEFAULT,
         }
     }
 }
@@ -291,6 +300,20 @@ impl ServeConfig {
                 "group-min-session-timeout-ms",
                 self.group.session_timeout_ms_min.to_string(),
                 "must be positive and at most group-max-session-timeout-ms",
+            );
+        }
+        if !(1..=1000).contains(&self.group.offsets_topic_partitions) {
+            return invalid(
+                "offsets-topic-partitions",
+                self.group.offsets_topic_partitions.to_string(),
+                "must be 1 ..= 1000",
+            );
+        }
+        if self.group.offsets_topic_replication_factor < 1 {
+            return invalid(
+                "offsets-topic-replication-factor",
+                self.group.offsets_topic_replication_factor.to_string(),
+                "at least 1",
             );
         }
         let kafka_ports = usize::from(self.port)..usize::from(self.port) + self.core_count();

@@ -84,4 +84,27 @@ impl Log {
         tracing::info!(dir = %self.inner.dir.display(), offset, end, "log truncated");
         Ok(end.max(self.log_start_offset()))
     }
+
+    /// Removes every batch and closes the log so that it reopens empty,
+    /// starting at `offset`: what a follower does when its whole log lies
+    /// below its leader's log start (retention, DeleteRecords, compaction
+    /// moved past it while it was away), as Kafka's
+    /// `truncateFullyAndStartAt`. A crash halfway reopens a log that still
+    /// ends below the leader's log start, and the follower empties it again.
+    pub async fn empty_and_close(&self, offset: i64) -> Result<(), LogError> {
+        self.close_unmarked().await?;
+        let disk = &self.inner.disk;
+        super::open::write_log_start(disk, &self.inner.dir, offset).await?;
+        let segments: Vec<PathBuf> = self.inner.state.borrow().segments.values().map(|s| s.log_path.clone()).collect();
+        for log_path in segments.iter().rev() {
+            for extension in ["timeindex", "index"] {
+                let index = log_path.with_extension(extension);
+                disk.remove_if_present(&index).await.map_err(|e| LogError::io(&index, e))?;
+            }
+            disk.remove_if_present(log_path).await.map_err(|e| LogError::io(log_path, e))?;
+        }
+        disk.sync_dir(&self.inner.dir).await.map_err(|e| LogError::io(&self.inner.dir, e))?;
+        tracing::info!(dir = %self.inner.dir.display(), offset, "log emptied to start at the leader's log start");
+        Ok(())
+    }
 }

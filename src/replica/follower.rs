@@ -239,6 +239,15 @@ async fn apply(
     }
     match answer.error {
         ErrorCode::None => {}
+        ErrorCode::OffsetOutOfRange if fetch_offset < answer.log_start_offset => {
+            // The leader no longer has what this replica lacks: start over
+            // at its log start (Kafka's truncateFullyAndStartAt).
+            tracing::warn!(%topic, partition = index, fetch_offset, leader_log_start = answer.log_start_offset, "the follower's log ends below its leader's log start; starting over there");
+            if let Err(err) = shard.restart_partition_at(topic, index, answer.log_start_offset).await {
+                tracing::error!(%topic, partition = index, error = %err, "emptying the follower's log failed");
+            }
+            return;
+        }
         ErrorCode::OffsetOutOfRange => {
             tracing::warn!(%topic, partition = index, fetch_offset, leader_log_start = answer.log_start_offset, "fetch offset out of range at the leader; checking for divergence again");
             shard.followed.borrow_mut().mark_untruncated(topic, index, leader);
@@ -289,10 +298,23 @@ async fn apply(
         }
     }
     let high_watermark = answer.high_watermark.min(log.local_end_offset());
+    let mut changed = last.is_some();
     if high_watermark > log.high_watermark() {
         log.set_high_watermark_limit(high_watermark);
-        shard.readable_changed(&partition);
-    } else if last.is_some() {
+        changed = true;
+    }
+    // The leader's log start (DeleteRecords, the compaction of
+    // __consumer_offsets) moves here too, up to what is committed here.
+    let log_start = answer.log_start_offset.min(log.high_watermark());
+    if log_start > log.log_start_offset() {
+        match log.delete_records(log_start).await {
+            Ok(_) => changed = true,
+            Err(err) => {
+                tracing::warn!(%topic, partition = index, error = %err, "following the leader's log start failed")
+            }
+        }
+    }
+    if changed {
         shard.readable_changed(&partition);
     }
 }

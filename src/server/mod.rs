@@ -3,10 +3,10 @@
 //! handling and clean shutdown. A core that cannot start ends the process.
 
 pub mod connection;
-pub mod core_count;
 pub mod data_lock;
 pub mod handlers;
 pub mod http;
+pub mod legacy_groups;
 pub mod limits;
 pub mod listener;
 pub mod machine_id;
@@ -42,7 +42,7 @@ pub enum ServeError {
     #[error("core {core}: cannot start its executor: {source}")]
     Spawn { core: usize, source: glommio::GlommioError<()> },
     #[error("{0}")]
-    CoreCount(#[from] core_count::CoreCountError),
+    LegacyGroups(#[from] legacy_groups::LegacyGroupsError),
     #[error("{0}")]
     MachineId(#[from] machine_id::MachineIdError),
     #[error("{0}")]
@@ -229,7 +229,7 @@ pub fn serve(config: ServeConfig) -> Result<(), ServeError> {
         .map_err(|source| ServeError::DataDir { path: config.data.display().to_string(), source })?;
     // Held until this function returns, after every core has stopped.
     let _data_lock = data_lock::DataDirLock::acquire(&config.data)?;
-    core_count::check_group_offsets(&config.data, config.core_count())?;
+    let legacy_offsets = legacy_groups::read(&config.data)?;
     let machine = machine_id::load_or_create(&config.data, config.machine_id)?;
     let gossip = start_gossip(&config, machine)?;
     let (controller, image) = start_metadata(&config, machine, gossip.as_ref())?;
@@ -282,6 +282,12 @@ pub fn serve(config: ServeConfig) -> Result<(), ServeError> {
     }
     health.set_started();
     tracing::info!(cores, port = config.port, listener = ?config.listener, data = %config.data.display(), "shardlog serving");
+    if let Some(groups) = legacy_offsets {
+        let host = if config.host.is_unspecified() { "127.0.0.1".to_string() } else { config.host.to_string() };
+        let bootstrap =
+            if host.contains(':') { format!("[{host}]:{}", config.port) } else { format!("{host}:{}", config.port) };
+        legacy_groups::spawn_import(config.data.clone(), bootstrap, groups);
+    }
     wait_for_signal();
     health.set_stopping();
     tracing::info!("shutting down");
@@ -502,14 +508,20 @@ async fn run_core(start: CoreStart) {
     inbox_task.await;
 }
 
-/// Recovers the core's partitions and group offsets, then binds its port.
+/// Starts the core's group service, recovers its partitions (loading the
+/// groups of those of `__consumer_offsets` it leads), then binds its port.
 async fn open_and_bind(
     shard: &Rc<Shard>,
     image: Arc<MetadataImage>,
     core: usize,
 ) -> Result<glommio::net::TcpListener, CoreStartError> {
+    // The group service first: applying the image tells it which
+    // partitions of __consumer_offsets this core leads.
+    shard.open_groups().map_err(CoreStartError::Groups)?;
     shard.apply_image(image).await.map_err(CoreStartError::Partitions)?;
-    shard.open_groups().await.map_err(CoreStartError::Groups)?;
+    if let Some(groups) = shard.group_service() {
+        groups.await_loaded(Duration::from_secs(30)).await;
+    }
     let config = &shard.config;
     let port = config.port + if config.listener == ListenerMode::PerCore { core as u16 } else { 0 };
     let address = SocketAddr::new(config.host, port);

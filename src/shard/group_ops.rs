@@ -6,14 +6,17 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use super::groups;
+use super::{AdminOp, AdminReply};
 use super::{Shard, ShardId, ShardMessage};
+use crate::cluster::controller::NewTopic;
 use crate::cluster::metadata;
+use crate::constants::OFFSETS_TOPIC;
 use crate::protocol::ErrorCode;
 
 impl Shard {
-    /// Opens this core's group service (replaying committed offsets) and
-    /// starts its timer.
-    pub async fn open_groups(self: &Rc<Self>) -> Result<(), groups::GroupServiceError> {
+    /// Starts this core's group service and its timer. Groups load as this
+    /// core comes to lead partitions of `__consumer_offsets`.
+    pub fn open_groups(self: &Rc<Self>) -> Result<(), groups::GroupServiceError> {
         let settings = &self.config.group;
         let config = crate::group::GroupConfig {
             initial_rebalance_delay_ms: settings.initial_rebalance_delay_ms,
@@ -24,8 +27,7 @@ impl Shard {
                 ^ ((self.config.node_id_base as u64) << 48),
             ..Default::default()
         };
-        let dir = self.config.data.join("__groups").join(format!("core-{}", self.id.0));
-        let service = groups::GroupService::open(&dir, config).await?;
+        let service = groups::GroupService::new(Rc::downgrade(self), config)?;
         *self.groups.borrow_mut() = Some(service.clone());
         let stop = Rc::new(Cell::new(false));
         let shard = self.clone();
@@ -43,10 +45,54 @@ impl Shard {
         Ok(())
     }
 
-    /// Where `group_id`'s coordinator is (see
-    /// `MetadataImage::group_coordinator`).
-    pub fn group_owner(&self, group_id: &str) -> metadata::Placement {
+    /// The `__consumer_offsets` partition of `group_id` and where its
+    /// leader, the group's coordinator, is (see
+    /// `MetadataImage::group_coordinator`); None before that topic exists.
+    pub fn group_owner(&self, group_id: &str) -> Option<(i32, metadata::Placement)> {
         self.image().group_coordinator(group_id)
+    }
+
+    /// Creates `__consumer_offsets` if the cluster has none yet (the first
+    /// group request of a new cluster), as Kafka does: with
+    /// `--offsets-topic-partitions`, and `--offsets-topic-replication-factor`
+    /// replicas or as many machines as serve now, whichever is fewer.
+    pub async fn ensure_offsets_topic(self: &Rc<Self>) {
+        let image = self.image();
+        if image.offsets_partitions() > 0 {
+            return;
+        }
+        let serving = image.cluster.machines.values().filter(|m| !m.fenced).count().max(1);
+        let wanted = self.config.group.offsets_topic_replication_factor;
+        let replication_factor = wanted.min(i16::try_from(serving).unwrap_or(i16::MAX));
+        if replication_factor < wanted {
+            tracing::info!(
+                replication_factor,
+                wanted,
+                "creating {OFFSETS_TOPIC} with fewer replicas than --offsets-topic-replication-factor: only {serving} machine(s) serve"
+            );
+        }
+        let configs = [
+            ("segment.bytes", crate::constants::OFFSETS_TOPIC_SEGMENT_BYTES.to_string()),
+            ("retention.ms", "-1".to_string()),
+            ("retention.bytes", "-1".to_string()),
+            ("flush", "always".to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let topic = NewTopic {
+            name: OFFSETS_TOPIC.into(),
+            partitions: self.config.group.offsets_topic_partitions,
+            replication_factor,
+            configs,
+            assignments: Vec::new(),
+        };
+        let reply = self.admin(AdminOp::CreateTopics { topics: vec![topic], validate_only: false }).await;
+        if let AdminReply::Items(items) = reply {
+            for item in items.iter().filter(|i| !i.error.is_ok() && i.error != ErrorCode::TopicAlreadyExists) {
+                tracing::warn!(error = ?item.error, message = ?item.message, "creating {OFFSETS_TOPIC} failed");
+            }
+        }
     }
 
     /// Runs a group request on the group's core. In per-core mode a request
@@ -57,19 +103,31 @@ impl Shard {
         group_id: &str,
         request: groups::GroupRequest,
     ) -> Result<groups::GroupAnswer, ErrorCode> {
-        let owner = match self.group_owner(group_id) {
+        if self.group_owner(group_id).is_none() {
+            // A client that skipped FindCoordinator (or raced a new
+            // cluster's first one): create the topic, then look again.
+            self.ensure_offsets_topic().await;
+        }
+        let Some((_, placement)) = self.group_owner(group_id) else {
+            return Err(ErrorCode::CoordinatorNotAvailable);
+        };
+        let owner = match placement {
             metadata::Placement::Local(owner, _) => owner,
             // Another machine's: the client asks FindCoordinator again.
             metadata::Placement::Remote(_) => return Err(ErrorCode::NotCoordinator),
             metadata::Placement::Unavailable => return Err(ErrorCode::CoordinatorNotAvailable),
         };
-        if owner == self.id {
-            return Ok(self.run_group_op(request).await);
-        }
-        if self.config.listener == crate::config::ListenerMode::PerCore {
+        let answer = if owner == self.id {
+            self.run_group_op(request).await
+        } else if self.config.listener == crate::config::ListenerMode::PerCore {
             return Err(ErrorCode::NotCoordinator);
+        } else {
+            self.forward_group_op(owner, request).await?
+        };
+        match answer {
+            groups::GroupAnswer::Refused(code) => Err(code),
+            answer => Ok(answer),
         }
-        self.forward_group_op(owner, request).await
     }
 
     pub async fn forward_group_op(

@@ -23,10 +23,6 @@ impl Shard {
             }
             glommio::timer::sleep(Duration::from_millis(10)).await;
         }
-        let service = self.groups.borrow().clone();
-        if let Some(service) = service {
-            service.close().await;
-        }
         let partitions: Vec<Rc<Partition>> = self.partitions.borrow().values().cloned().collect();
         // Closing is a write, a trim and an fdatasync per log: many at once.
         // The order makes the next start trust only what is whole: the log

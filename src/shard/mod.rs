@@ -66,7 +66,8 @@ pub struct Shard {
     pub in_flight_requests: Cell<usize>,
     /// Bytes of requests in flight on this core's connections.
     pub in_flight_budget: Rc<Semaphore>,
-    /// The consumer groups hashed to this core (set once at start).
+    /// The groups of the `__consumer_offsets` partitions this core leads
+    /// (the service is set once at start).
     groups: RefCell<Option<Rc<groups::GroupService>>>,
     /// The controller service and this machine's id (core 0 decides
     /// through it; every core may read its status).
@@ -226,12 +227,22 @@ impl Shard {
         // through io_uring: many at once keep the disk and the kernel busy
         // instead of waiting on one after another (startup with thousands of
         // partitions).
+        let mut failed = None;
         let opening = futures::stream::iter(to_open)
             .map(|(topic, index, log_config)| self.open_partition(topic, index, log_config))
             .buffer_unordered(PARTITION_OPEN_CONCURRENCY);
         futures::pin_mut!(opening);
         while let Some(opened) = opening.next().await {
-            let partition = opened?;
+            // One partition that cannot open (a full disk) does not keep
+            // the others from their roles; the next image tries it again.
+            let partition = match opened {
+                Ok(partition) => partition,
+                Err(err) => {
+                    tracing::error!(error = %err, "opening a partition failed");
+                    failed.get_or_insert(err);
+                    continue;
+                }
+            };
             let replicated = desired
                 .get(&(partition.topic.to_string(), partition.index))
                 .is_some_and(|d| d.registration.replicas.len() > 1);
@@ -247,7 +258,7 @@ impl Shard {
                 self.take_role(&partition, replica).await?;
             }
         }
-        Ok(())
+        failed.map_or(Ok(()), Err)
     }
 
     /// Opens (recovering if needed) one partition's log and producer state.

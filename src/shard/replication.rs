@@ -200,6 +200,7 @@ impl Shard {
             }
         }
         partition.replica.changed.notify(usize::MAX);
+        self.offsets_role_changed(partition);
         Ok(())
     }
 
@@ -208,6 +209,19 @@ impl Shard {
         self.followed.borrow_mut().unfollow(&partition.topic, partition.index);
         *partition.replica.role.borrow_mut() = Role::Follower { leader: -1, leader_epoch: -1 };
         partition.replica.changed.notify(usize::MAX);
+        self.offsets_role_changed(partition);
+    }
+
+    /// Tells the group service that this core now leads a partition of
+    /// `__consumer_offsets`, or no longer does (it loads or drops groups).
+    fn offsets_role_changed(&self, partition: &Partition) {
+        if &*partition.topic != crate::constants::OFFSETS_TOPIC {
+            return;
+        }
+        if let Some(service) = self.group_service() {
+            let leading = super::groups::leading_epoch(&partition.replica.role.borrow());
+            service.role_changed(partition.index, leading);
+        }
     }
 
     fn leader_config(&self, partition: &Partition) -> LeaderConfig {
@@ -381,5 +395,39 @@ impl Shard {
         self.partitions.borrow_mut().insert(reopened);
         partition.replica.changed.notify(usize::MAX);
         Ok(end)
+    }
+
+    /// Empties a follower's log to start at `offset`, its leader's log
+    /// start, when the whole log lies below it (see `Log::empty_and_close`),
+    /// and reopens it with no epochs and no producer state.
+    pub(crate) async fn restart_partition_at(
+        self: &Rc<Self>,
+        topic: &str,
+        index: i32,
+        offset: i64,
+    ) -> Result<(), ShardError> {
+        let _restructure = self.restructure.acquire_permit(1).await.map_err(|_| ShardError::Log {
+            topic: topic.into(),
+            partition: index,
+            source: crate::log::LogError::Closed,
+        })?;
+        let Some(partition) = self.local_partition(topic, index) else { return Ok(()) };
+        let log_error = |source| ShardError::Log { topic: topic.into(), partition: index, source };
+        let config = partition.log.config();
+        partition
+            .forget_producer_snapshot()
+            .await
+            .map_err(|e| log_error(crate::log::LogError::io(partition.log.dir(), e)))?;
+        partition.log.empty_and_close(offset).await.map_err(log_error)?;
+        let reopened = self.open_partition(topic.to_string(), index, config).await?;
+        reopened.adopt_replica_state(&partition);
+        let mut epochs = partition.replica.epochs.borrow().clone();
+        epochs.truncate_from(i64::MIN);
+        *reopened.replica.epochs.borrow_mut() = epochs;
+        reopened.persist_epochs().await.map_err(|e| log_error(crate::log::LogError::io(reopened.log.dir(), e)))?;
+        reopened.log.set_high_watermark_limit(reopened.log.log_start_offset());
+        self.partitions.borrow_mut().insert(reopened);
+        partition.replica.changed.notify(usize::MAX);
+        Ok(())
     }
 }

@@ -198,3 +198,56 @@ def test_an_idempotent_acks_all_producer_loses_and_repeats_nothing_when_a_leader
     for partition in range(3):
         mine = [int(c.value[1:]) for c in consumed if c.partition == partition]
         assert mine == sorted(mine), f"partition {partition} out of order"
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_group_resumes_from_its_committed_offsets_when_its_coordinators_machine_is_killed(
+        cluster, tmp_path, client):
+    """Replicated committed offsets (issue 30): the group's coordinator is
+    the leader of its __consumer_offsets partition (three replicas). Two
+    members consume half the records and commit; the coordinator's machine
+    dies by kill -9; the members find the new coordinator (FindCoordinator),
+    rejoin, and consume the rest. Every record is consumed, and the group's
+    commits, read back from the new coordinator by a fresh consumer, cover
+    every record."""
+    if client == "kafkajs" and kafkajs_problem():
+        pytest.fail(kafkajs_problem(), pytrace=False)
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    bootstrap = ",".join(m.bootstrap for m in cluster)
+    partitions = 6
+    topic = unique_topic("grp-failover")
+    group = unique_topic("g-failover")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, replication_factor=3,
+                                  config={"min.insync.replicas": "2"})])[topic].result(timeout=30)
+    first = produce_values(bootstrap, topic, partitions, 300, prefix="a")
+    members = []
+    try:
+        members = [Member(client, bootstrap, group, [topic], f"m{i + 1}", tmp_path) for i in range(2)]
+        wait_all_consumed(members, first, timeout=60, what="before the kill")
+        described = admin.describe_consumer_groups([group], request_timeout=10)[group].result(10)
+        offsets_md = admin.list_topics("__consumer_offsets", timeout=10).topics["__consumer_offsets"]
+        assert len(offsets_md.partitions) == 16
+        assert all(len(p.replicas) == 3 for p in offsets_md.partitions.values())
+        dead = machine_of_port(cluster, described.coordinator.port)
+        cluster[dead - 1].kill()
+        survivor = next(m for i, m in enumerate(cluster) if i + 1 != dead)
+        second = produce_values(survivor.bootstrap, topic, partitions, 300, prefix="b")
+        wait_all_consumed(members, {**first, **second}, timeout=90, what="after the coordinator's machine died")
+        after = AdminClient({"bootstrap.servers": survivor.bootstrap})
+        moved = after.describe_consumer_groups([group], request_timeout=10)[group].result(10)
+        assert machine_of_port(cluster, moved.coordinator.port) != dead
+    finally:
+        cleanup_members(members)
+    # Every record is covered by a commit the new coordinator holds.
+    reader = Consumer({"bootstrap.servers": survivor.bootstrap, "group.id": group,
+                       "enable.auto.commit": False})
+    try:
+        committed = reader.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=20)
+        ends = {p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in range(partitions)}
+    finally:
+        reader.close()
+    assert {tp.partition: tp.offset for tp in committed} == ends

@@ -1,11 +1,14 @@
-//! FindCoordinator: the node a group hashes to, on any machine (see
+//! FindCoordinator: the leader of the group's partition of
+//! `__consumer_offsets`, on any machine (see
 //! `MetadataImage::group_coordinator`; in shared-port mode, that machine's
-//! advertised node, which forwards). Transactional ids
+//! advertised node, which forwards). The first lookup of a new cluster
+//! creates that topic (`Shard::ensure_offsets_topic`). Transactional ids
 //! have no coordinator: see `TRANSACTIONS_UNSUPPORTED`.
 
 use std::rc::Rc;
 
 use super::{respond, response, Outcome};
+use crate::cluster::metadata::Placement;
 use crate::protocol::find_coordinator::{FindCoordinatorRequest, FindCoordinatorResponse, KEY_TYPE_GROUP};
 use crate::protocol::{DecodeResult, ErrorCode, Reader, Request};
 use crate::shard::Shard;
@@ -24,7 +27,7 @@ pub const TRANSACTIONS_UNSUPPORTED_MESSAGE: &str = "transactions are not support
 /// until the caller's timeout runs out; the Java client fails at once too.
 pub const TRANSACTIONS_UNSUPPORTED: ErrorCode = ErrorCode::TransactionalIdAuthorizationFailed;
 
-pub fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -> DecodeResult<Outcome> {
+pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -> DecodeResult<Outcome> {
     let version = request.header.api_version;
     let body = FindCoordinatorRequest::decode(reader, version)?;
     let answer = if body.key_type != KEY_TYPE_GROUP {
@@ -32,8 +35,12 @@ pub fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -> Deco
         answer.error_message = Some(TRANSACTIONS_UNSUPPORTED_MESSAGE.into());
         answer
     } else {
+        if shard.group_owner(&body.key).is_none() {
+            shard.ensure_offsets_topic().await;
+        }
         let image = shard.image();
-        let node_id = super::metadata::advertised(shard, &image, shard.group_owner(&body.key));
+        let placement = image.group_coordinator(&body.key).map_or(Placement::Unavailable, |(_, p)| p);
+        let node_id = super::metadata::advertised(shard, &image, placement);
         let serving = image.serving_nodes();
         match node_id.and_then(|id| serving.iter().find(|n| n.node_id == id)) {
             Some(node) => FindCoordinatorResponse {

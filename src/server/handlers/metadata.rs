@@ -30,8 +30,13 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
 
 /// Creates topics with the broker defaults (auto-creation).
 pub async fn auto_create(shard: &Rc<Shard>, names: Vec<String>) {
+    if names.iter().any(|n| n == crate::constants::OFFSETS_TOPIC) {
+        // With its own partition count, replicas and configs.
+        shard.ensure_offsets_topic().await;
+    }
     let topics = names
         .into_iter()
+        .filter(|n| n != crate::constants::OFFSETS_TOPIC)
         .filter(|n| crate::cluster::controller::validate_topic_name(n).is_ok())
         .map(|name| NewTopic {
             name,
@@ -87,7 +92,7 @@ fn build(shard: &Shard, image: &MetadataImage, names: Option<&[String]>) -> Meta
         .map(|name| match image.topic(&name) {
             Some(topic) => MetadataTopic {
                 error: ErrorCode::None,
-                is_internal: false,
+                is_internal: name == crate::constants::OFFSETS_TOPIC,
                 partitions: image
                     .leaders_of(&topic.name)
                     .into_iter()

@@ -69,7 +69,7 @@ pub async fn handle(shard: &Rc<Shard>, frame: BytesMut, peer: &str) -> Outcome {
         ApiKey::IncrementalAlterConfigs => alter_configs::handle_incremental(shard, &request, &mut reader).await,
         ApiKey::InitProducerId => init_producer_id::handle(shard, &request, &mut reader).await,
         ApiKey::OffsetForLeaderEpoch => offset_for_leader_epoch::handle(shard, &request, &mut reader).await,
-        ApiKey::FindCoordinator => find_coordinator::handle(shard, &request, &mut reader),
+        ApiKey::FindCoordinator => find_coordinator::handle(shard, &request, &mut reader).await,
         ApiKey::JoinGroup => groups::join(shard, &request, &mut reader, peer).await,
         ApiKey::SyncGroup => groups::sync(shard, &request, &mut reader).await,
         ApiKey::Heartbeat => groups::heartbeat(shard, &request, &mut reader).await,

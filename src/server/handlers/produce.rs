@@ -1,6 +1,7 @@
 //! Produce: validate and append each partition's batches on its owning core,
 //! answer when every partition is done under its flush policy (acks 1/all),
-//! or not at all (acks 0).
+//! or not at all (acks 0). `__consumer_offsets` is written by the group
+//! coordinators only.
 
 use std::rc::Rc;
 
@@ -32,6 +33,10 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request, reader: &mut Reader) -
             pending.push(async move {
                 if !valid_acks {
                     return ProducePartitionResponse::error(index, ErrorCode::InvalidRequiredAcks);
+                }
+                if name == crate::constants::OFFSETS_TOPIC {
+                    // As Kafka: only the group coordinators write it.
+                    return ProducePartitionResponse::error(index, ErrorCode::InvalidTopicException);
                 }
                 match shard
                     .partition_op(&name, index, PartitionOp::Produce { records, acks, timeout_ms, request_bytes })
