@@ -80,6 +80,23 @@ enum ClusterCommand {
         #[arg(long, env = "SHARDLOG_METRICS_PORT", default_value_t = shardlog::constants::METRICS_PORT_DEFAULT)]
         metrics_port: u16,
     },
+    /// Move every replica a machine holds to the other machines (named by
+    /// any of its node ids), through AlterPartitionReassignments: each to a
+    /// serving machine without a replica of that partition, in the same
+    /// rack where one can. Node-to-machine comes from the broker's
+    /// /v1/status on --metrics-port. Then stop it and `cluster unregister` it.
+    Drain {
+        /// A node id of the machine.
+        node: i32,
+        /// Wait until every move is done (at most this many seconds; 0: do not wait).
+        #[arg(long, default_value_t = 600)]
+        wait: u64,
+        /// The broker's --metrics-port.
+        #[arg(long, env = "SHARDLOG_METRICS_PORT", default_value_t = shardlog::constants::METRICS_PORT_DEFAULT)]
+        metrics_port: u16,
+        #[command(flatten)]
+        broker: BrokerArg,
+    },
     /// Remove a machine that is stopped for good, named by any of its node
     /// ids (Kafka's UnregisterBroker). Refused while it runs or still holds a
     /// replica of a partition; its node ids are never reused.
@@ -391,6 +408,25 @@ enum TopicCommand {
         #[command(flatten)]
         broker: BrokerArg,
     },
+    /// Move a partition to other replicas (node ids, preferred leader first),
+    /// through AlterPartitionReassignments: the new replicas copy the log as
+    /// followers, then the old ones are dropped. --cancel returns a moving
+    /// partition to the replicas it had.
+    Move {
+        name: String,
+        #[arg(long)]
+        partition: i32,
+        /// Node ids, comma-separated: --replicas 4,2,6
+        #[arg(long, value_delimiter = ',', required_unless_present = "cancel")]
+        replicas: Vec<i32>,
+        #[arg(long, conflicts_with = "replicas")]
+        cancel: bool,
+        /// Wait until the move is done (at most this many seconds; 0: do not wait).
+        #[arg(long, default_value_t = 600)]
+        wait: u64,
+        #[command(flatten)]
+        broker: BrokerArg,
+    },
     /// Change a topic: configs (--set k=v, --delete k) or partition count.
     Alter {
         name: String,
@@ -583,7 +619,38 @@ fn topic(command: TopicCommand) -> Result<(), String> {
                 println!("{name} now has {count} partitions");
             }
         }
+        TopicCommand::Move { name, partition, replicas, cancel, wait, broker } => {
+            let mut admin = Admin::connect(&broker.brokers).map_err(fail)?;
+            let target = (!cancel).then_some(replicas);
+            let results = admin.alter_reassignments(&[(name.clone(), partition, target.clone())]).map_err(fail)?;
+            for result in results {
+                check(result)?;
+            }
+            match &target {
+                Some(replicas) => println!("moving {name}-{partition} to {replicas:?}"),
+                None => println!("cancelled the move of {name}-{partition}"),
+            }
+            await_moves(&mut admin, &[(name, partition)], wait)?;
+        }
     }
+    Ok(())
+}
+
+/// Waits up to `seconds` (0: not at all) for `moves` to finish.
+fn await_moves(admin: &mut Admin, moves: &[(String, i32)], seconds: u64) -> Result<(), String> {
+    if seconds == 0 || moves.is_empty() {
+        return Ok(());
+    }
+    let left = shardlog::client::reassign::await_moves(admin, moves, std::time::Duration::from_secs(seconds))?;
+    if !left.is_empty() {
+        return Err(format!(
+            "{} move(s) still in progress after {seconds} s, e.g. {}-{}",
+            left.len(),
+            left[0].0,
+            left[0].1
+        ));
+    }
+    println!("done: {} partition(s) moved", moves.len());
     Ok(())
 }
 
@@ -674,6 +741,43 @@ fn cluster(command: ClusterCommand) -> Result<(), String> {
             let status = shardlog::client::status::cluster_status(&broker.brokers, metrics_port)
                 .map_err(|e| format!("{}: {e}", broker.brokers))?;
             print!("{status}");
+        }
+        ClusterCommand::Drain { node, wait, metrics_port, broker } => {
+            let fail = |e: String| format!("{}: {e}", broker.brokers);
+            let host =
+                broker.brokers.split(',').next().unwrap_or_default().rsplit_once(':').map_or("127.0.0.1", |(h, _)| h);
+            let endpoint = format!("{host}:{metrics_port}");
+            let (code, body) =
+                shardlog::client::status::http_get(&endpoint, "/v1/status", std::time::Duration::from_secs(10))
+                    .map_err(|e| format!("{endpoint}: {e}"))?;
+            if code != 200 {
+                return Err(format!("{endpoint}/v1/status answered {code}"));
+            }
+            let status: shardlog::metrics::Status =
+                serde_json::from_str(&body).map_err(|e| format!("{endpoint}/v1/status: bad JSON: {e}"))?;
+            let mut admin = Admin::connect(&broker.brokers).map_err(|e| fail(e.to_string()))?;
+            let metadata = admin.metadata(None).map_err(|e| fail(e.to_string()))?;
+            let plan = shardlog::client::reassign::plan_drain(&status.machines, &metadata, node)?;
+            let moves: Vec<(String, i32, Option<Vec<i32>>)> =
+                plan.iter().map(|m| (m.topic.clone(), m.partition, Some(m.replicas.clone()))).collect();
+            if !moves.is_empty() {
+                for result in admin.alter_reassignments(&moves).map_err(|e| fail(e.to_string()))? {
+                    if !result.error.is_ok() {
+                        return Err(format!(
+                            "{}: {:?}: {}",
+                            result.name,
+                            result.error,
+                            result.message.unwrap_or_default()
+                        ));
+                    }
+                }
+            }
+            for m in &plan {
+                println!("moving {}-{} to {:?}", m.topic, m.partition, m.replicas);
+            }
+            let names: Vec<(String, i32)> = plan.iter().map(|m| (m.topic.clone(), m.partition)).collect();
+            await_moves(&mut admin, &names, wait)?;
+            println!("the machine of node {node} is being emptied of {} replica(s); stop it, then `shardlog cluster unregister {node}`", plan.len());
         }
         ClusterCommand::Unregister { node, broker } => {
             let mut admin = Admin::connect(&broker.brokers).map_err(|e| format!("{}: {e}", broker.brokers))?;

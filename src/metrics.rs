@@ -932,6 +932,8 @@ fn api_name(slot: usize) -> Option<&'static str> {
         ApiKey::DeleteGroups => "DeleteGroups",
         ApiKey::ElectLeaders => "ElectLeaders",
         ApiKey::IncrementalAlterConfigs => "IncrementalAlterConfigs",
+        ApiKey::AlterPartitionReassignments => "AlterPartitionReassignments",
+        ApiKey::ListPartitionReassignments => "ListPartitionReassignments",
         ApiKey::AlterReplicaLogDirs => "AlterReplicaLogDirs",
         ApiKey::DescribeLogDirs => "DescribeLogDirs",
         ApiKey::DescribeCluster => "DescribeCluster",

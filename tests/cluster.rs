@@ -773,3 +773,60 @@ fn committed_offsets_live_in_a_replicated_consumer_offsets_and_survive_the_kill_
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn a_partition_moved_to_another_machine_keeps_every_acknowledged_write_and_its_old_replica_is_removed() {
+    let _serial = serial();
+    let mut cluster = Cluster::start_voters(3, 3);
+    let created = cluster.admin(1).create_topic_replicated("mv", 1, 2, &Default::default()).expect("create");
+    assert!(created.error.is_ok(), "{created:?}");
+    let before = await_metadata(&cluster, 0, "two replicas in sync", |m| {
+        m.topics.iter().any(|t| t.name == "mv" && t.partitions.iter().all(|p| p.isr_nodes.len() == 2))
+    });
+    let placed = partition_of(&before, "mv", 0).clone();
+    let mut conn = connect(port_of(&before, placed.leader_id));
+    for round in 0..10 {
+        let answer = produce_to_leader(&mut conn, "mv", 0, batch(&format!("a{round}-"), 5), -1);
+        assert_eq!(answer.error, ErrorCode::None, "{answer:?}");
+    }
+    // Move the leader's replica to the machine that has none.
+    let leader_machine = cluster.machine_of_port(port_of(&before, placed.leader_id));
+    let used: std::collections::BTreeSet<u64> =
+        placed.replica_nodes.iter().map(|n| cluster.machine_of_port(port_of(&before, *n))).collect();
+    let free = (1..=3).find(|m| !used.contains(m)).expect("a machine without a replica");
+    let new_node =
+        before.brokers.iter().find(|b| cluster.machine_of_port(b.port as u16) == free).expect("a node").node_id;
+    let kept = *placed.replica_nodes.iter().find(|n| **n != placed.leader_id).expect("a follower");
+    let target = vec![new_node, kept];
+    let moved = cluster.admin(2).alter_reassignments(&[("mv".into(), 0, Some(target.clone()))]).expect("alter");
+    assert_eq!(moved[0].error, ErrorCode::None, "{moved:?}");
+    let refused = cluster.admin(2).alter_reassignments(&[("mv".into(), 0, Some(vec![new_node, 999]))]).unwrap();
+    assert_eq!(refused[0].error, ErrorCode::InvalidReplicaAssignment, "an unknown node: {refused:?}");
+    let after = await_metadata(&cluster, 1, "the move done", |m| {
+        let p = partition_of(m, "mv", 0);
+        p.replica_nodes == target && p.isr_nodes.len() == 2
+    });
+    assert!(cluster.admin(3).list_reassignments().unwrap().is_empty(), "nothing moves any more");
+    let now = partition_of(&after, "mv", 0);
+    assert!(target.contains(&now.leader_id), "the removed leader handed over: {now:?}");
+    assert!(now.leader_epoch > placed.leader_epoch);
+    // Every acknowledged record is on the new leader, and it takes writes.
+    let mut new_leader = connect(port_of(&after, now.leader_id));
+    let mut offset = 0;
+    while offset < 50 {
+        let read = fetch(&mut new_leader, "mv", 0, offset, 500, 1);
+        let count = record_count(&read);
+        assert!(count > 0, "records at {offset}: {:?}", read.topics[0].partitions[0].error);
+        offset += count;
+    }
+    assert_eq!(offset, 50);
+    let more = produce_to_leader(&mut new_leader, "mv", 0, batch("b-", 5), -1);
+    assert_eq!((more.error, more.base_offset), (ErrorCode::None, 50));
+    // The old leader's machine no longer holds the partition's files.
+    let old_dir = cluster.machine(leader_machine).data_dir().join("mv-0");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while old_dir.exists() {
+        assert!(Instant::now() < deadline, "{} still exists", old_dir.display());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

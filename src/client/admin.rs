@@ -13,6 +13,10 @@ use crate::protocol::incremental_alter_configs::{
     IncrementalAlterableConfig, CONFIG_OPERATION_DELETE, CONFIG_OPERATION_SET,
 };
 use crate::protocol::metadata::{MetadataRequest, MetadataResponse};
+use crate::protocol::partition_reassignments::{
+    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse, OngoingReassignment, ReassignablePartition,
+};
 use crate::protocol::{ApiKey, ErrorCode};
 
 pub struct Admin {
@@ -28,6 +32,54 @@ pub struct AdminResult {
 }
 
 impl Admin {
+    /// AlterPartitionReassignments: each (topic, partition) to new replicas,
+    /// or None to cancel its move. One result per move, in order, named
+    /// `topic-partition`.
+    pub fn alter_reassignments(
+        &mut self,
+        moves: &[(String, i32, Option<Vec<i32>>)],
+    ) -> Result<Vec<AdminResult>, ClientError> {
+        let mut topics: Vec<(String, Vec<ReassignablePartition>)> = Vec::new();
+        for (topic, partition, replicas) in moves {
+            let wanted = ReassignablePartition { partition: *partition, replicas: replicas.clone() };
+            match topics.iter_mut().find(|(name, _)| name == topic) {
+                Some((_, partitions)) => partitions.push(wanted),
+                None => topics.push((topic.clone(), vec![wanted])),
+            }
+        }
+        let request = AlterPartitionReassignmentsRequest { timeout_ms: 30_000, topics };
+        let reader = self.connection.request(ApiKey::AlterPartitionReassignments, 0, |w| request.encode(w, 0))?;
+        let response = decode(reader, 0, AlterPartitionReassignmentsResponse::decode)?;
+        Ok(moves
+            .iter()
+            .map(|(topic, partition, _)| {
+                let answered = response
+                    .responses
+                    .iter()
+                    .filter(|(name, _)| name == topic)
+                    .flat_map(|(_, partitions)| partitions)
+                    .find(|p| p.partition == *partition);
+                AdminResult {
+                    name: format!("{topic}-{partition}"),
+                    error: answered.map_or(response.error, |p| p.error),
+                    message: answered.and_then(|p| p.message.clone()).or_else(|| response.message.clone()),
+                }
+            })
+            .collect())
+    }
+
+    /// ListPartitionReassignments: every move in progress.
+    pub fn list_reassignments(&mut self) -> Result<Vec<(String, OngoingReassignment)>, ClientError> {
+        let request = ListPartitionReassignmentsRequest { timeout_ms: 30_000, topics: None };
+        let reader = self.connection.request(ApiKey::ListPartitionReassignments, 0, |w| request.encode(w, 0))?;
+        let response = decode(reader, 0, ListPartitionReassignmentsResponse::decode)?;
+        Ok(response
+            .topics
+            .into_iter()
+            .flat_map(|(topic, partitions)| partitions.into_iter().map(move |p| (topic.clone(), p)))
+            .collect())
+    }
+
     pub fn connect(bootstrap: &str) -> Result<Self, ClientError> {
         Ok(Self { connection: Connection::connect(bootstrap, Duration::from_secs(10))? })
     }

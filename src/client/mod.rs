@@ -131,6 +131,7 @@ impl Connection {
 pub mod admin;
 pub mod groups;
 pub mod pipelined;
+pub mod reassign;
 pub mod status;
 
 /// Decodes a response with a codec (`T::decode`).

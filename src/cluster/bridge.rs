@@ -331,6 +331,11 @@ pub enum Request {
         unclean: bool,
         partitions: Option<Vec<(String, Vec<i32>)>>,
     },
+    /// AlterPartitionReassignments: moves (or cancels the moves of)
+    /// partitions, answered per move as `topic/partition`.
+    AlterReassignments {
+        moves: Vec<control::MoveRequest>,
+    },
     /// A partition's leader changes its ISR (Kafka's AlterPartition).
     AlterIsr {
         topic_id: [u8; 16],
@@ -428,6 +433,15 @@ fn decide_request(image: &ClusterImage, config: &ServeConfig, request: &Request)
             (records, Answer::Items(items))
         }
         Request::ControlledShutdown { machine } => (control::fence_machine(image, *machine), Answer::Done),
+        Request::AlterReassignments { moves } => {
+            let decision = control::alter_reassignments(image, moves);
+            let items = moves
+                .iter()
+                .zip(decision.items)
+                .map(|(m, item)| (format!("{}/{}", m.topic, m.partition), item.error.code(), item.message))
+                .collect();
+            (decision.records, Answer::Items(items))
+        }
         Request::AlterIsr { topic_id, partition, leader, machine_epoch, leader_epoch, partition_epoch, isr } => {
             let change = control::IsrChange {
                 topic_id: *topic_id,

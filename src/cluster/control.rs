@@ -28,6 +28,7 @@ use super::image::{ClusterImage, TopicId};
 use super::metadata::NodeId;
 use super::records::{
     ConfigResource, MachineRegistration, MetadataRecord, NodeRegistration, PartitionChange, PartitionRecord,
+    Reassignment,
 };
 use crate::constants;
 use crate::protocol::ErrorCode;
@@ -469,13 +470,168 @@ pub fn alter_isr(image: &ClusterImage, change: &IsrChange) -> Result<Vec<Metadat
     if let Some(joining) = change.isr.iter().find(|n| !partition.isr.contains(n) && !serving(image, **n)) {
         return Err((ErrorCode::IneligibleReplica, format!("replica {joining} is on a fenced machine")));
     }
-    Ok(vec![MetadataRecord::PartitionChange(PartitionChange {
+    let mut records = vec![MetadataRecord::PartitionChange(PartitionChange {
         topic_id: change.topic_id,
         partition: change.partition,
         leader: None,
         isr: Some(change.isr.clone()),
         replicas: None,
-    })])
+    })];
+    // The ISR may now hold every replica a move asked for: it completes.
+    let after = replayed(image, &records);
+    records.extend(complete_reassignment(&after, change.topic_id, change.partition));
+    Ok(records)
+}
+
+/// One partition's requested move (AlterPartitionReassignments): its new
+/// replicas, or None to cancel the move in progress.
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct MoveRequest {
+    pub topic: String,
+    pub partition: i32,
+    pub replicas: Option<Vec<i32>>,
+}
+
+/// AlterPartitionReassignments, with KRaft's semantics (KIP-455). A move
+/// to `target` registers the replicas `target` followed by the original
+/// ones it drops, so the new replicas copy the log as followers while the
+/// old ones keep serving; the leader stays. Once every replica of `target`
+/// is in the ISR (the leader asks AlterPartition as each catches up), the
+/// move completes in the same batch: the replicas become `target`, the ISR
+/// loses the others, and a leader that is not in `target` hands over to
+/// the first of `target` in sync. A new move of a moving partition
+/// replaces the old (from the same original replicas); None cancels,
+/// back to the original replicas. One item per move, named
+/// `topic-partition`.
+pub fn alter_reassignments(image: &ClusterImage, moves: &[MoveRequest]) -> Decision {
+    let mut working = image.clone();
+    let mut decision = Decision::default();
+    for wanted in moves {
+        let name = format!("{}-{}", wanted.topic, wanted.partition);
+        match reassign(&working, wanted) {
+            Ok(records) => {
+                working = replayed(&working, &records);
+                decision.records.extend(records);
+                decision.items.push(ItemResult { name, error: ErrorCode::None, message: None });
+            }
+            Err((error, message)) => decision.items.push(ItemResult { name, error, message: Some(message) }),
+        }
+    }
+    decision
+}
+
+fn reassign(image: &ClusterImage, wanted: &MoveRequest) -> Result<Vec<MetadataRecord>, (ErrorCode, String)> {
+    let unknown =
+        || (ErrorCode::UnknownTopicOrPartition, format!("no partition {}-{}", wanted.topic, wanted.partition));
+    let topic = image.topic(&wanted.topic).ok_or_else(unknown)?;
+    let partition = usize::try_from(wanted.partition).ok().and_then(|i| topic.partitions.get(i)).ok_or_else(unknown)?;
+    let key = (topic.id, wanted.partition);
+    let ongoing = image.reassignments.get(&key);
+    let Some(target) = &wanted.replicas else {
+        let Some(ongoing) = ongoing else {
+            return Err((
+                ErrorCode::NoReassignmentInProgress,
+                format!("{}-{} is not moving", wanted.topic, wanted.partition),
+            ));
+        };
+        let original = ongoing.original.clone();
+        let isr: Vec<i32> = partition.isr.iter().copied().filter(|n| original.contains(n)).collect();
+        if isr.is_empty() {
+            return Err((
+                ErrorCode::InvalidReplicaAssignment,
+                "no replica of the original assignment is in sync: let the move finish".into(),
+            ));
+        }
+        let leader = keep_or_elect(image, partition.leader, &original, &isr);
+        return Ok(vec![
+            MetadataRecord::PartitionChange(PartitionChange {
+                topic_id: topic.id,
+                partition: wanted.partition,
+                leader: (leader != partition.leader).then_some(leader),
+                isr: Some(isr),
+                replicas: Some(original),
+            }),
+            MetadataRecord::Reassignment { topic_id: topic.id, partition: wanted.partition, moving: None },
+        ]);
+    };
+    check_assignments(image, std::slice::from_ref(target))?;
+    let original = ongoing.map_or_else(|| partition.replicas.clone(), |o| o.original.clone());
+    if ongoing.is_none() && *target == partition.replicas {
+        return Ok(Vec::new());
+    }
+    let mut replicas = target.clone();
+    replicas.extend(original.iter().copied().filter(|n| !target.contains(n)));
+    let mut machines = BTreeSet::new();
+    if replicas.iter().any(|n| !machines.insert(image.nodes[&NodeId(*n)].machine)) {
+        return Err((
+            ErrorCode::InvalidReplicaAssignment,
+            format!(
+                "moving {}-{} to {target:?} puts two replicas on one machine while it moves (its cores share \
+                 one data directory): move to another machine",
+                wanted.topic, wanted.partition
+            ),
+        ));
+    }
+    let isr: Vec<i32> = partition.isr.iter().copied().filter(|n| replicas.contains(n)).collect();
+    if isr.is_empty() {
+        return Err((
+            ErrorCode::InvalidReplicaAssignment,
+            "no replica in sync would remain: include one of the in-sync replicas".into(),
+        ));
+    }
+    let leader = keep_or_elect(image, partition.leader, &replicas, &isr);
+    let mut records = vec![
+        MetadataRecord::Reassignment {
+            topic_id: topic.id,
+            partition: wanted.partition,
+            moving: Some(Reassignment { target: target.clone(), original }),
+        },
+        MetadataRecord::PartitionChange(PartitionChange {
+            topic_id: topic.id,
+            partition: wanted.partition,
+            leader: (leader != partition.leader).then_some(leader),
+            isr: (isr != partition.isr).then_some(isr),
+            replicas: Some(replicas),
+        }),
+    ];
+    let after = replayed(image, &records);
+    records.extend(complete_reassignment(&after, topic.id, wanted.partition));
+    Ok(records)
+}
+
+/// The leader a partition keeps when its replicas become `replicas`: the
+/// current one if it stays, else the first of `replicas` in `isr` on a
+/// serving machine (-1: none).
+fn keep_or_elect(image: &ClusterImage, leader: i32, replicas: &[i32], isr: &[i32]) -> i32 {
+    if leader >= 0 && replicas.contains(&leader) && isr.contains(&leader) {
+        return leader;
+    }
+    replicas.iter().copied().find(|n| isr.contains(n) && serving(image, *n)).unwrap_or(-1)
+}
+
+/// The records that finish `topic_id`/`partition`'s move once every
+/// replica it asked for is in the ISR; none otherwise.
+fn complete_reassignment(image: &ClusterImage, topic_id: TopicId, partition: i32) -> Vec<MetadataRecord> {
+    let Some(moving) = image.reassignments.get(&(topic_id, partition)) else { return Vec::new() };
+    let Some(registered) = image.topics.get(&topic_id).and_then(|t| t.partitions.get(usize::try_from(partition).ok()?))
+    else {
+        return Vec::new();
+    };
+    if !moving.target.iter().all(|n| registered.isr.contains(n)) {
+        return Vec::new();
+    }
+    let isr: Vec<i32> = registered.isr.iter().copied().filter(|n| moving.target.contains(n)).collect();
+    let leader = keep_or_elect(image, registered.leader, &moving.target, &isr);
+    vec![
+        MetadataRecord::PartitionChange(PartitionChange {
+            topic_id,
+            partition,
+            leader: (leader != registered.leader).then_some(leader),
+            isr: Some(isr),
+            replicas: Some(moving.target.clone()),
+        }),
+        MetadataRecord::Reassignment { topic_id, partition, moving: None },
+    ]
 }
 
 /// The partition changes that take the nodes `down` out of every ISR and
@@ -1202,5 +1358,103 @@ mod tests {
         let grow = IsrChange { partition_epoch: 1, isr: vec![0, 2, 4], ..change };
         assert_eq!(alter_isr(&fenced, &grow).unwrap_err().0, ErrorCode::IneligibleReplica);
         assert!(alter_isr(&shrunk, &grow).is_ok());
+    }
+
+    fn moving(topic: &str, partition: i32, replicas: Option<Vec<i32>>) -> MoveRequest {
+        MoveRequest { topic: topic.into(), partition, replicas }
+    }
+
+    /// Topic "t", one partition on nodes 0 and 2 (machines 1 and 2).
+    fn two_replicas() -> ClusterImage {
+        let image = cluster();
+        let request = TopicRequest { partitions: -1, assignments: vec![(0, vec![0, 2])], ..topic("t", -1) };
+        commit(&image, &create_topics(&image, &[request], &context()).records)
+    }
+
+    fn leader_grows_isr(image: &ClusterImage, isr: Vec<i32>) -> ClusterImage {
+        let registered = partition(image, "t", 0);
+        let change = IsrChange {
+            topic_id: image.topic_ids["t"],
+            partition: 0,
+            leader: registered.leader,
+            machine_epoch: epoch_of(image, machine_of(image, registered.leader)),
+            leader_epoch: registered.leader_epoch,
+            partition_epoch: registered.partition_epoch,
+            isr,
+        };
+        commit(image, &alter_isr(image, &change).unwrap())
+    }
+
+    #[test]
+    fn a_move_adds_the_new_replicas_as_followers_and_completes_once_they_are_in_sync() {
+        let image = two_replicas();
+        let id = image.topic_ids["t"];
+        let decision = alter_reassignments(&image, &[moving("t", 0, Some(vec![2, 4]))]);
+        assert_eq!(decision.items[0].error, ErrorCode::None, "{:?}", decision.items);
+        let started = commit(&image, &decision.records);
+        let p = partition(&started, "t", 0);
+        assert_eq!(p.replicas, vec![2, 4, 0], "the target, then the replicas it drops");
+        assert_eq!((p.leader, p.isr.clone()), (0, vec![0, 2]), "the leader stays while the new replica copies");
+        assert_eq!(started.reassignments[&(id, 0)], Reassignment { target: vec![2, 4], original: vec![0, 2] });
+        // Node 4 catches up: the leader's AlterPartition completes the move.
+        let done = leader_grows_isr(&started, vec![0, 2, 4]);
+        let p = partition(&done, "t", 0);
+        assert_eq!(p.replicas, vec![2, 4]);
+        assert_eq!(p.isr, vec![2, 4]);
+        assert_eq!(p.leader, 2, "a removed leader hands over to the first target replica in sync");
+        assert!(p.leader_epoch > 0);
+        assert!(done.reassignments.is_empty());
+    }
+
+    #[test]
+    fn a_move_to_fewer_replicas_that_are_in_sync_completes_at_once() {
+        let image = two_replicas();
+        let done = commit(&image, &alter_reassignments(&image, &[moving("t", 0, Some(vec![2]))]).records);
+        let p = partition(&done, "t", 0);
+        assert_eq!((p.replicas.clone(), p.isr.clone(), p.leader), (vec![2], vec![2], 2));
+        assert!(done.reassignments.is_empty());
+    }
+
+    #[test]
+    fn a_cancelled_move_returns_to_the_original_replicas() {
+        let image = two_replicas();
+        let started = commit(&image, &alter_reassignments(&image, &[moving("t", 0, Some(vec![4, 2]))]).records);
+        assert_eq!(partition(&started, "t", 0).replicas, vec![4, 2, 0]);
+        let cancelled = commit(&started, &alter_reassignments(&started, &[moving("t", 0, None)]).records);
+        let p = partition(&cancelled, "t", 0);
+        assert_eq!((p.replicas.clone(), p.isr.clone(), p.leader), (vec![0, 2], vec![0, 2], 0));
+        assert!(cancelled.reassignments.is_empty());
+        let again = alter_reassignments(&cancelled, &[moving("t", 0, None)]);
+        assert_eq!(again.items[0].error, ErrorCode::NoReassignmentInProgress);
+        assert!(again.records.is_empty());
+    }
+
+    #[test]
+    fn a_new_move_of_a_moving_partition_starts_from_its_original_replicas() {
+        let image = two_replicas();
+        let first = commit(&image, &alter_reassignments(&image, &[moving("t", 0, Some(vec![0, 4]))]).records);
+        assert_eq!(partition(&first, "t", 0).replicas, vec![0, 4, 2]);
+        let second = commit(&first, &alter_reassignments(&first, &[moving("t", 0, Some(vec![0, 5]))]).records);
+        let id = second.topic_ids["t"];
+        assert_eq!(partition(&second, "t", 0).replicas, vec![0, 5, 2], "node 4 of the replaced move is dropped");
+        assert_eq!(second.reassignments[&(id, 0)].original, vec![0, 2]);
+    }
+
+    #[test]
+    fn moves_that_cannot_be_placed_are_refused_and_change_nothing() {
+        let image = two_replicas();
+        let refused = [
+            (moving("t", 0, Some(vec![0, 99])), ErrorCode::InvalidReplicaAssignment, "an unknown node"),
+            (moving("t", 0, Some(vec![4, 5])), ErrorCode::InvalidReplicaAssignment, "two cores of one machine"),
+            (moving("t", 0, Some(vec![0, 1])), ErrorCode::InvalidReplicaAssignment, "node 1 shares node 0's machine"),
+            (moving("t", 0, Some(vec![])), ErrorCode::InvalidReplicaAssignment, "no replicas"),
+            (moving("t", 7, Some(vec![0])), ErrorCode::UnknownTopicOrPartition, "no partition 7"),
+            (moving("nope", 0, Some(vec![0])), ErrorCode::UnknownTopicOrPartition, "no topic"),
+        ];
+        for (request, error, why) in refused {
+            let decision = alter_reassignments(&image, &[request]);
+            assert_eq!(decision.items[0].error, error, "{why}: {:?}", decision.items);
+            assert!(decision.records.is_empty(), "{why}");
+        }
     }
 }

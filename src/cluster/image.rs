@@ -18,7 +18,9 @@ use rkyv::{Archive, Deserialize, Serialize};
 
 use super::ids::MachineId;
 use super::metadata::NodeId;
-use super::records::{ConfigResource, MachineRegistration, MetadataRecord, PartitionChange, PartitionRecord};
+use super::records::{
+    ConfigResource, MachineRegistration, MetadataRecord, PartitionChange, PartitionRecord, Reassignment,
+};
 
 pub type TopicId = [u8; 16];
 
@@ -44,6 +46,8 @@ pub struct ClusterImage {
     pub producer_id_next: i64,
     /// Above every node id ever registered: ids are never reused.
     pub node_id_next: i32,
+    /// Partitions moving to other replicas (KIP-455), by topic and index.
+    pub reassignments: BTreeMap<(TopicId, i32), Reassignment>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
@@ -193,6 +197,21 @@ impl MetadataDelta {
                 self.machine_mut(*machine, *machine_epoch)?;
                 self.next.producer_id_next = self.next.producer_id_next.max(*next_producer_id);
             }
+            MetadataRecord::Reassignment { topic_id, partition, moving } => {
+                let exists = self
+                    .next
+                    .topics
+                    .get(topic_id)
+                    .is_some_and(|t| usize::try_from(*partition).is_ok_and(|i| i < t.partitions.len()));
+                if !exists {
+                    return Err(ReplayError::UnknownPartition(*topic_id, *partition));
+                }
+                match moving {
+                    Some(moving) => self.next.reassignments.insert((*topic_id, *partition), moving.clone()),
+                    None => self.next.reassignments.remove(&(*topic_id, *partition)),
+                };
+                self.changes.partitions.insert((*topic_id, *partition));
+            }
         }
         self.next.provenance = at;
         Ok(())
@@ -329,6 +348,7 @@ impl MetadataDelta {
         let topic = self.next.topics.remove(&topic_id).ok_or(ReplayError::UnknownTopic(topic_id))?;
         self.next.topic_ids.remove(&topic.name);
         self.next.configs.topics.remove(&topic.name);
+        self.next.reassignments.retain(|(id, _), _| *id != topic_id);
         self.changes.partitions.retain(|(id, _)| *id != topic_id);
         self.changes.removed_topics.insert(topic_id, topic.name.clone());
         Ok(())
@@ -382,6 +402,13 @@ struct Snapshot {
     node_id_next: i32,
 }
 
+/// `Snapshot` with the moves in progress (format 2).
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+struct SnapshotV2 {
+    base: Snapshot,
+    reassignments: Vec<(TopicId, i32, Reassignment)>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
 struct SnapshotTopic {
     name: String,
@@ -399,7 +426,9 @@ pub enum SnapshotError {
     ZeroMachine,
 }
 
-const SNAPSHOT_MAGIC: &[u8; 8] = b"SLSNAP01";
+/// Format 1 (`Snapshot`) is still read; format 2 (`SnapshotV2`) written.
+const SNAPSHOT_MAGIC_V1: &[u8; 8] = b"SLSNAP01";
+const SNAPSHOT_MAGIC: &[u8; 8] = b"SLSNAP02";
 
 /// `SNAPSHOT_MAGIC | crc32c (of payload) | rkyv payload`.
 pub fn encode_snapshot(image: &ClusterImage) -> Vec<u8> {
@@ -421,6 +450,10 @@ pub fn encode_snapshot(image: &ClusterImage) -> Vec<u8> {
         producer_id_next: image.producer_id_next,
         node_id_next: image.node_id_next,
     };
+    let snapshot = SnapshotV2 {
+        base: snapshot,
+        reassignments: image.reassignments.iter().map(|((id, p), moving)| (*id, *p, moving.clone())).collect(),
+    };
     let payload = rkyv::to_bytes::<rkyv::rancor::Error>(&snapshot).expect("an image always serializes");
     let mut out = Vec::with_capacity(SNAPSHOT_MAGIC.len() + 4 + payload.len());
     out.extend_from_slice(SNAPSHOT_MAGIC);
@@ -431,7 +464,9 @@ pub fn encode_snapshot(image: &ClusterImage) -> Vec<u8> {
 
 pub fn decode_snapshot(bytes: &[u8]) -> Result<ClusterImage, SnapshotError> {
     let header = SNAPSHOT_MAGIC.len() + 4;
-    if bytes.len() < header || &bytes[..SNAPSHOT_MAGIC.len()] != SNAPSHOT_MAGIC {
+    let magic = bytes.get(..SNAPSHOT_MAGIC.len());
+    let v2 = magic == Some(SNAPSHOT_MAGIC.as_slice());
+    if bytes.len() < header || !(v2 || magic == Some(SNAPSHOT_MAGIC_V1.as_slice())) {
         return Err(SnapshotError::Damaged("bad header"));
     }
     let at = SNAPSHOT_MAGIC.len();
@@ -442,8 +477,15 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<ClusterImage, SnapshotError> {
     }
     let mut aligned = rkyv::util::AlignedVec::<16>::new();
     aligned.extend_from_slice(payload);
-    let snapshot = rkyv::from_bytes::<Snapshot, rkyv::rancor::Error>(&aligned)
-        .map_err(|e| SnapshotError::Decode(e.to_string()))?;
+    let (snapshot, reassignments) = if v2 {
+        let v2 = rkyv::from_bytes::<SnapshotV2, rkyv::rancor::Error>(&aligned)
+            .map_err(|e| SnapshotError::Decode(e.to_string()))?;
+        (v2.base, v2.reassignments)
+    } else {
+        let v1 = rkyv::from_bytes::<Snapshot, rkyv::rancor::Error>(&aligned)
+            .map_err(|e| SnapshotError::Decode(e.to_string()))?;
+        (v1, Vec::new())
+    };
     let mut machines = BTreeMap::new();
     for (id, machine) in snapshot.machines {
         machines.insert(MachineId::new(id).ok_or(SnapshotError::ZeroMachine)?, Arc::new(machine));
@@ -467,6 +509,7 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<ClusterImage, SnapshotError> {
         configs: snapshot.configs,
         producer_id_next: snapshot.producer_id_next,
         node_id_next: snapshot.node_id_next,
+        reassignments: reassignments.into_iter().map(|(id, p, moving)| ((id, p), moving)).collect(),
     })
 }
 
@@ -655,7 +698,8 @@ mod tests {
 
     #[test]
     fn a_snapshot_round_trips_and_a_damaged_one_is_refused() {
-        let image = two_machines_one_topic();
+        let mut image = two_machines_one_topic();
+        image.reassignments.insert(([1; 16], 0), Reassignment { target: vec![2, 3], original: vec![0] });
         let bytes = encode_snapshot(&image);
         assert_eq!(decode_snapshot(&bytes).unwrap(), image);
         for at in [0, 9, bytes.len() / 2, bytes.len() - 1] {
@@ -663,5 +707,33 @@ mod tests {
             bad[at] ^= 1;
             assert!(decode_snapshot(&bad).is_err(), "a flipped bit at byte {at} went unnoticed");
         }
+    }
+
+    #[test]
+    fn a_snapshot_of_the_first_format_still_decodes() {
+        let image = two_machines_one_topic();
+        let v1 = Snapshot {
+            provenance: image.provenance,
+            cluster_id: image.cluster_id.clone(),
+            machines: image.machines.iter().map(|(id, m)| (id.get(), (**m).clone())).collect(),
+            nodes: image.nodes.iter().map(|(id, p)| (id.0, p.clone())).collect(),
+            topics: image
+                .topics
+                .values()
+                .map(|t| SnapshotTopic {
+                    name: t.name.clone(),
+                    id: t.id,
+                    partitions: t.partitions.iter().map(|p| (**p).clone()).collect(),
+                })
+                .collect(),
+            configs: image.configs.clone(),
+            producer_id_next: image.producer_id_next,
+            node_id_next: image.node_id_next,
+        };
+        let payload = rkyv::to_bytes::<rkyv::rancor::Error>(&v1).unwrap();
+        let mut bytes = SNAPSHOT_MAGIC_V1.to_vec();
+        bytes.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
+        bytes.extend_from_slice(&payload);
+        assert_eq!(decode_snapshot(&bytes).unwrap(), image);
     }
 }

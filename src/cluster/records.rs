@@ -66,6 +66,24 @@ pub enum MetadataRecord {
         machine_epoch: u64,
         next_producer_id: i64,
     },
+    /// A partition's move to other replicas (KIP-455) starts or is
+    /// replaced (`Some`), or ends (`None`: completed or cancelled). The
+    /// replica set itself changes through `PartitionChange` records in the
+    /// same batch. New variants go last and stay no larger than the
+    /// largest, so the logs of older versions still decode.
+    Reassignment {
+        topic_id: [u8; 16],
+        partition: i32,
+        moving: Option<Reassignment>,
+    },
+}
+
+/// A move in progress: the replicas asked for, and those the partition had
+/// before it began (what a cancellation returns to).
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct Reassignment {
+    pub target: Vec<i32>,
+    pub original: Vec<i32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
@@ -135,6 +153,9 @@ pub enum RecordError {
 }
 
 const MAGIC: &[u8; 4] = b"SLMR";
+/// `size_of::<ArchivedMetadataRecord>()` since format version 1.
+#[cfg(test)]
+const ARCHIVED_RECORD_BYTES: usize = 56;
 const FORMAT_VERSION: u8 = 1;
 const HEADER_BYTES: usize = MAGIC.len() + 1 + 4;
 
@@ -176,6 +197,13 @@ pub fn decode_batch(bytes: &[u8]) -> Result<Vec<MetadataRecord>, RecordError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_archived_record_keeps_the_size_older_logs_were_written_with() {
+        // Older logs hold records at this stride: a larger new variant
+        // would make every batch written before it undecodable.
+        assert_eq!(std::mem::size_of::<ArchivedMetadataRecord>(), ARCHIVED_RECORD_BYTES);
+    }
 
     fn sample() -> Vec<MetadataRecord> {
         vec![

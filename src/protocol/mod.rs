@@ -36,6 +36,7 @@ pub mod leave_group;
 pub mod list_groups;
 pub mod offset_commit;
 pub mod offset_fetch;
+pub mod partition_reassignments;
 pub mod sync_group;
 pub mod unregister_broker;
 
@@ -73,6 +74,8 @@ pub enum ApiKey {
     DeleteGroups = 42,
     ElectLeaders = 43,
     IncrementalAlterConfigs = 44,
+    AlterPartitionReassignments = 45,
+    ListPartitionReassignments = 46,
     DescribeQuorum = 55,
     DescribeCluster = 60,
     UnregisterBroker = 64,
@@ -126,6 +129,8 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     range(ApiKey::ListGroups, 0, 2, 3),
     range(ApiKey::DeleteGroups, 0, 1, 2),
     range(ApiKey::ElectLeaders, 0, 2, 2),
+    range(ApiKey::AlterPartitionReassignments, 0, 0, 0),
+    range(ApiKey::ListPartitionReassignments, 0, 0, 0),
 ];
 
 impl ApiKey {
@@ -159,6 +164,8 @@ impl ApiKey {
             42 => DeleteGroups,
             43 => ElectLeaders,
             44 => IncrementalAlterConfigs,
+            45 => AlterPartitionReassignments,
+            46 => ListPartitionReassignments,
             55 => DescribeQuorum,
             60 => DescribeCluster,
             64 => UnregisterBroker,
@@ -258,6 +265,12 @@ pub fn decode_request_body(request: &Request, reader: &mut Reader) -> DecodeResu
         ApiKey::CreatePartitions => create_partitions::CreatePartitionsRequest::decode(reader, version).map(drop),
         ApiKey::DeleteGroups => delete_groups::DeleteGroupsRequest::decode(reader, version).map(drop),
         ApiKey::ElectLeaders => elect_leaders::ElectLeadersRequest::decode(reader, version).map(drop),
+        ApiKey::AlterPartitionReassignments => {
+            partition_reassignments::AlterPartitionReassignmentsRequest::decode(reader, version).map(drop)
+        }
+        ApiKey::ListPartitionReassignments => {
+            partition_reassignments::ListPartitionReassignmentsRequest::decode(reader, version).map(drop)
+        }
         ApiKey::IncrementalAlterConfigs => {
             incremental_alter_configs::IncrementalAlterConfigsRequest::decode(reader, version).map(drop)
         }

@@ -20,6 +20,7 @@ mod log_dirs;
 mod metadata;
 mod offset_for_leader_epoch;
 mod produce;
+mod reassignments;
 mod replica_fetch;
 mod unregister_broker;
 
@@ -80,6 +81,8 @@ pub async fn handle(shard: &Rc<Shard>, frame: BytesMut, peer: &str) -> Outcome {
         ApiKey::ListGroups => groups::list(shard, &request, &mut reader).await,
         ApiKey::DeleteGroups => groups::delete(shard, &request, &mut reader).await,
         ApiKey::ElectLeaders => elect_leaders::handle(shard, &request, &mut reader).await,
+        ApiKey::AlterPartitionReassignments => reassignments::alter(shard, &request, &mut reader).await,
+        ApiKey::ListPartitionReassignments => reassignments::list(shard, &request, &mut reader),
         ApiKey::DescribeCluster => describe_cluster::handle(shard, &request, &mut reader).await,
         ApiKey::DescribeQuorum => describe_quorum::handle(shard, &request, &mut reader).await,
         ApiKey::UnregisterBroker => unregister_broker::handle(shard, &request, &mut reader).await,

@@ -28,6 +28,13 @@
 //     with a replica assignment and with one naming an unknown node,
 //     createPartitions likewise, and the topic's metadata after each.
 //
+//   node roundtrip.js reassign SPEC.json OUT.json
+//     SPEC: {brokers, topic, partition, replicas}
+//     admin.alterPartitionReassignments of that partition to `replicas`,
+//     then admin.listPartitionReassignments until the move is gone (60 s at
+//     most); OUT: {altered, listed (the first list), done, badNode (a move to
+//     node 77, which no machine has)}, each {ok} or {error}.
+//
 // kafkajs has no manual-assignment consumer (its consumer needs groups), so
 // the Python side reads the produced records back with confluent-kafka.
 
@@ -197,10 +204,37 @@ async function adminApis(spec) {
   return out;
 }
 
+async function reassign(spec) {
+  const a = client(spec).admin();
+  await a.connect();
+  const out = {};
+  try {
+    const move = (replicas) => a.alterPartitionReassignments({
+      topics: [{ topic: spec.topic, partitionAssignment: [{ partition: spec.partition, replicas }] }],
+    });
+    out.altered = await attempt(() => move(spec.replicas));
+    out.listed = await attempt(() => a.listPartitionReassignments({}));
+    const deadline = Date.now() + 60000;
+    out.done = false;
+    while (Date.now() < deadline) {
+      const listed = await a.listPartitionReassignments({});
+      if (!listed.topics.some((t) => t.topic === spec.topic)) {
+        out.done = true;
+        break;
+      }
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    out.badNode = await attempt(() => move([77]));
+  } finally {
+    await a.disconnect();
+  }
+  return out;
+}
+
 async function main() {
   const [command, specPath, outPath] = process.argv.slice(2);
   if (!command || !specPath || !outPath) {
-    throw new Error('usage: roundtrip.js produce|admin|listGroups|adminApis SPEC.json OUT.json');
+    throw new Error('usage: roundtrip.js produce|admin|listGroups|adminApis|reassign SPEC.json OUT.json');
   }
   const spec = JSON.parse(fs.readFileSync(specPath, 'utf8'));
   let out;
@@ -208,6 +242,7 @@ async function main() {
   else if (command === 'admin') out = await admin(spec);
   else if (command === 'listGroups') out = await listGroups(spec);
   else if (command === 'adminApis') out = await adminApis(spec);
+  else if (command === 'reassign') out = await reassign(spec);
   else throw new Error(`unknown command ${command}`);
   fs.writeFileSync(outPath, JSON.stringify(out, null, 1));
 }
