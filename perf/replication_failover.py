@@ -149,6 +149,7 @@ def main():
                 time.sleep(1)
                 old_leader = p.leader
                 killed_at = time.monotonic()
+                killed_wall = time.strftime("%H:%M:%S", time.gmtime()) + f".{int(time.time() * 1000) % 1000:03d}"
                 machines[victim].kill()
                 deadline = killed_at + 30
                 elected = None
@@ -165,7 +166,7 @@ def main():
                 took = (acked - killed_at) * 1000 if acked else float("inf")
                 kills.append(took)
                 elected_ms = (elected - killed_at) * 1000 if elected else float("nan")
-                print(f"kill -9 trial {trial + 1}: machine {victim + 1}, new leader in metadata after "
+                print(f"kill -9 trial {trial + 1} (at {killed_wall} UTC): machine {victim + 1}, new leader in metadata after "
                       f"{elected_ms:.0f} ms, first acknowledged produce after {took:.0f} ms")
                 machines[victim].start(60.0)
             stops = []

@@ -390,6 +390,7 @@ impl ControllerService {
             ticks: 0,
             last_tick: Instant::now(),
             events: events_tx.clone(),
+            heartbeats: BTreeMap::new(),
         };
         state.run_commands(first);
         threads.push(spawn("shardlog-controller", move || state.run(events_rx)));
@@ -526,6 +527,9 @@ struct LoopState {
     last_tick: Instant,
     /// The loop's own queue, for the probes it starts.
     events: flume::Sender<LoopEvent>,
+    /// When each machine's last heartbeat arrived, with its incarnation:
+    /// only heartbeats (`heard` also starts leases at elections).
+    heartbeats: BTreeMap<u64, (u64, Instant)>,
 }
 
 impl LoopState {
@@ -759,6 +763,7 @@ impl LoopState {
         let base = self.speculative.as_ref().unwrap_or(&self.committed);
         let Some(registered) = base.machines.get(&machine).filter(|m| m.incarnation == incarnation) else { return };
         self.heard.insert(machine.get(), (incarnation, Instant::now()));
+        self.heartbeats.insert(machine.get(), (incarnation, Instant::now()));
         if registered.fenced {
             tracing::info!(%machine, "machine heard again; unfenced");
             let records = super::control::unfence_machine(base, machine.get());
@@ -814,6 +819,7 @@ impl LoopState {
         let Some(placed) = first else { return };
         let Ok(port) = u16::try_from(placed.port) else { return };
         let (host, events) = (placed.host.clone(), self.events.clone());
+        tracing::debug!(%machine, attempt, host = %host, port, "probing a machine's Kafka port");
         spawn("shardlog-ctl-probe", move || {
             use std::net::ToSocketAddrs;
             std::thread::sleep(delay);
@@ -840,7 +846,7 @@ impl LoopState {
             return;
         }
         let recent = self
-            .heard
+            .heartbeats
             .get(&machine.get())
             .is_some_and(|(heard, at)| *heard == incarnation && at.elapsed() < HEARTBEAT_EVERY * 2);
         if recent {
@@ -1167,6 +1173,7 @@ fn accept_peers(listener: TcpListener, events: flume::Sender<LoopEvent>, stoppin
 /// Raft messages.
 fn read_from_peer(stream: TcpStream, events: flume::Sender<LoopEvent>, reply: Option<Outbox>) {
     if let Some(peer) = read_frames(stream, &events, reply) {
+        tracing::debug!(%peer, "controller port: a machine's connection closed");
         let _ = events.send(LoopEvent::PeerClosed(peer));
     }
 }
