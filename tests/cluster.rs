@@ -651,48 +651,15 @@ fn find_coordinator(port: u16, group: &str) -> Option<(i32, u16)> {
     (answer.error == ErrorCode::None).then_some((answer.node_id, answer.port as u16))
 }
 
-/// An admin OffsetCommit (generation -1) of `offsets` of `topic`; the
-/// first partition's error.
+/// An admin OffsetCommit through the node at `port`; the first
+/// partition's error.
 fn commit_offsets(port: u16, group: &str, topic: &str, offsets: &[(i32, i64)]) -> ErrorCode {
-    use shardlog::protocol::offset_commit::*;
-    let request = OffsetCommitRequest {
-        group_id: group.into(),
-        generation_id: -1,
-        member_id: String::new(),
-        group_instance_id: None,
-        retention_time_ms: -1,
-        topics: vec![OffsetCommitTopic {
-            name: topic.into(),
-            partitions: offsets
-                .iter()
-                .map(|(p, o)| OffsetCommitPartition {
-                    partition_index: *p,
-                    committed_offset: *o,
-                    committed_leader_epoch: -1,
-                    committed_metadata: None,
-                })
-                .collect(),
-        }],
-    };
-    let mut conn = connect(port);
-    let reader = conn.request(shardlog::protocol::ApiKey::OffsetCommit, 7, |w| request.encode(w, 7)).unwrap();
-    let answer = shardlog::client::decode(reader, 7, OffsetCommitResponse::decode).unwrap();
-    answer.topics[0].partitions[0].error
+    common::commit(&mut connect(port), group, topic, offsets).topics[0].partitions[0].error
 }
 
-/// OffsetFetch of `partitions` of `topic`: the top-level error and offsets.
+/// OffsetFetch through the node at `port`: the top-level error and offsets.
 fn fetch_offsets(port: u16, group: &str, topic: &str, partitions: &[i32]) -> (ErrorCode, Vec<i64>) {
-    use shardlog::protocol::offset_fetch::*;
-    let request = OffsetFetchRequest {
-        group_id: group.into(),
-        topics: Some(vec![OffsetFetchTopic { name: topic.into(), partition_indexes: partitions.to_vec() }]),
-    };
-    let mut conn = connect(port);
-    let reader = conn.request(shardlog::protocol::ApiKey::OffsetFetch, 5, |w| request.encode(w, 5)).unwrap();
-    let answer = shardlog::client::decode(reader, 5, OffsetFetchResponse::decode).unwrap();
-    let offsets =
-        answer.topics.first().map_or(Vec::new(), |t| t.partitions.iter().map(|p| p.committed_offset).collect());
-    (answer.error, offsets)
+    common::fetch_committed(&mut connect(port), group, topic, partitions)
 }
 
 #[test]

@@ -13,10 +13,6 @@ use shardlog::client::Connection;
 use shardlog::protocol::find_coordinator::{FindCoordinatorRequest, FindCoordinatorResponse};
 use shardlog::protocol::heartbeat::{HeartbeatRequest, HeartbeatResponse};
 use shardlog::protocol::list_groups::{ListGroupsRequest, ListGroupsResponse};
-use shardlog::protocol::offset_commit::{
-    OffsetCommitPartition, OffsetCommitRequest, OffsetCommitResponse, OffsetCommitTopic,
-};
-use shardlog::protocol::offset_fetch::{OffsetFetchRequest, OffsetFetchResponse, OffsetFetchTopic};
 use shardlog::protocol::{ApiKey, ErrorCode};
 
 fn coordinator(broker: &Broker, group: &str) -> FindCoordinatorResponse {
@@ -26,39 +22,10 @@ fn coordinator(broker: &Broker, group: &str) -> FindCoordinatorResponse {
     shardlog::client::decode(reader, 2, FindCoordinatorResponse::decode).unwrap()
 }
 
-fn commit(conn: &mut Connection, group: &str, topic: &str, offsets: &[(i32, i64)]) -> OffsetCommitResponse {
-    let request = OffsetCommitRequest {
-        group_id: group.into(),
-        generation_id: -1,
-        member_id: String::new(),
-        group_instance_id: None,
-        retention_time_ms: -1,
-        topics: vec![OffsetCommitTopic {
-            name: topic.into(),
-            partitions: offsets
-                .iter()
-                .map(|(p, o)| OffsetCommitPartition {
-                    partition_index: *p,
-                    committed_offset: *o,
-                    committed_leader_epoch: -1,
-                    committed_metadata: Some("m".into()),
-                })
-                .collect(),
-        }],
-    };
-    let reader = conn.request(ApiKey::OffsetCommit, 7, |w| request.encode(w, 7)).unwrap();
-    shardlog::client::decode(reader, 7, OffsetCommitResponse::decode).unwrap()
-}
-
 fn committed(conn: &mut Connection, group: &str, topic: &str, partitions: &[i32]) -> Vec<i64> {
-    let request = OffsetFetchRequest {
-        group_id: group.into(),
-        topics: Some(vec![OffsetFetchTopic { name: topic.into(), partition_indexes: partitions.to_vec() }]),
-    };
-    let reader = conn.request(ApiKey::OffsetFetch, 5, |w| request.encode(w, 5)).unwrap();
-    let answer = shardlog::client::decode(reader, 5, OffsetFetchResponse::decode).unwrap();
-    assert_eq!(answer.error, ErrorCode::None);
-    answer.topics[0].partitions.iter().map(|p| p.committed_offset).collect()
+    let (error, offsets) = fetch_committed(conn, group, topic, partitions);
+    assert_eq!(error, ErrorCode::None);
+    offsets
 }
 
 /// The group ids one node answers ListGroups with.

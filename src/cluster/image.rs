@@ -432,26 +432,8 @@ const SNAPSHOT_MAGIC: &[u8; 8] = b"SLSNAP02";
 
 /// `SNAPSHOT_MAGIC | crc32c (of payload) | rkyv payload`.
 pub fn encode_snapshot(image: &ClusterImage) -> Vec<u8> {
-    let snapshot = Snapshot {
-        provenance: image.provenance,
-        cluster_id: image.cluster_id.clone(),
-        machines: image.machines.iter().map(|(id, m)| (id.get(), (**m).clone())).collect(),
-        nodes: image.nodes.iter().map(|(id, p)| (id.0, p.clone())).collect(),
-        topics: image
-            .topics
-            .values()
-            .map(|t| SnapshotTopic {
-                name: t.name.clone(),
-                id: t.id,
-                partitions: t.partitions.iter().map(|p| (**p).clone()).collect(),
-            })
-            .collect(),
-        configs: image.configs.clone(),
-        producer_id_next: image.producer_id_next,
-        node_id_next: image.node_id_next,
-    };
     let snapshot = SnapshotV2 {
-        base: snapshot,
+        base: Snapshot::of(image),
         reassignments: image.reassignments.iter().map(|((id, p), moving)| (*id, *p, moving.clone())).collect(),
     };
     let payload = rkyv::to_bytes::<rkyv::rancor::Error>(&snapshot).expect("an image always serializes");
@@ -460,6 +442,30 @@ pub fn encode_snapshot(image: &ClusterImage) -> Vec<u8> {
     out.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
     out.extend_from_slice(&payload);
     out
+}
+
+impl Snapshot {
+    /// Everything of `image` but the moves in progress.
+    fn of(image: &ClusterImage) -> Self {
+        Snapshot {
+            provenance: image.provenance,
+            cluster_id: image.cluster_id.clone(),
+            machines: image.machines.iter().map(|(id, m)| (id.get(), (**m).clone())).collect(),
+            nodes: image.nodes.iter().map(|(id, p)| (id.0, p.clone())).collect(),
+            topics: image
+                .topics
+                .values()
+                .map(|t| SnapshotTopic {
+                    name: t.name.clone(),
+                    id: t.id,
+                    partitions: t.partitions.iter().map(|p| (**p).clone()).collect(),
+                })
+                .collect(),
+            configs: image.configs.clone(),
+            producer_id_next: image.producer_id_next,
+            node_id_next: image.node_id_next,
+        }
+    }
 }
 
 pub fn decode_snapshot(bytes: &[u8]) -> Result<ClusterImage, SnapshotError> {
@@ -712,24 +718,7 @@ mod tests {
     #[test]
     fn a_snapshot_of_the_first_format_still_decodes() {
         let image = two_machines_one_topic();
-        let v1 = Snapshot {
-            provenance: image.provenance,
-            cluster_id: image.cluster_id.clone(),
-            machines: image.machines.iter().map(|(id, m)| (id.get(), (**m).clone())).collect(),
-            nodes: image.nodes.iter().map(|(id, p)| (id.0, p.clone())).collect(),
-            topics: image
-                .topics
-                .values()
-                .map(|t| SnapshotTopic {
-                    name: t.name.clone(),
-                    id: t.id,
-                    partitions: t.partitions.iter().map(|p| (**p).clone()).collect(),
-                })
-                .collect(),
-            configs: image.configs.clone(),
-            producer_id_next: image.producer_id_next,
-            node_id_next: image.node_id_next,
-        };
+        let v1 = Snapshot::of(&image);
         let payload = rkyv::to_bytes::<rkyv::rancor::Error>(&v1).unwrap();
         let mut bytes = SNAPSHOT_MAGIC_V1.to_vec();
         bytes.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());

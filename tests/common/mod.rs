@@ -11,6 +11,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use shardlog::client::Connection;
 use shardlog::protocol::fetch::{FetchPartition, FetchRequest, FetchResponse, FetchTopic};
+use shardlog::protocol::offset_commit::{
+    OffsetCommitPartition, OffsetCommitRequest, OffsetCommitResponse, OffsetCommitTopic,
+};
 use shardlog::protocol::produce::{ProducePartition, ProduceRequest, ProduceResponse, ProduceTopic};
 use shardlog::protocol::record_batch::{encode_batch, ProducerFields, Record};
 use shardlog::protocol::{ApiKey, Reader, Writer};
@@ -318,4 +321,50 @@ pub fn metric(port: u16, name: &str) -> f64 {
         .filter(|line| line.split(['{', ' ']).next() == Some(name))
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// An admin OffsetCommit (generation -1, no member) of `offsets` of
+/// `topic` for `group`.
+pub fn commit(conn: &mut Connection, group: &str, topic: &str, offsets: &[(i32, i64)]) -> OffsetCommitResponse {
+    let request = OffsetCommitRequest {
+        group_id: group.into(),
+        generation_id: -1,
+        member_id: String::new(),
+        group_instance_id: None,
+        retention_time_ms: -1,
+        topics: vec![OffsetCommitTopic {
+            name: topic.into(),
+            partitions: offsets
+                .iter()
+                .map(|(p, o)| OffsetCommitPartition {
+                    partition_index: *p,
+                    committed_offset: *o,
+                    committed_leader_epoch: -1,
+                    committed_metadata: Some("m".into()),
+                })
+                .collect(),
+        }],
+    };
+    let reader = conn.request(ApiKey::OffsetCommit, 7, |w| request.encode(w, 7)).unwrap();
+    shardlog::client::decode(reader, 7, OffsetCommitResponse::decode).unwrap()
+}
+
+/// OffsetFetch of `partitions` of `topic`: the top-level error and each
+/// committed offset (-1: none).
+pub fn fetch_committed(
+    conn: &mut Connection,
+    group: &str,
+    topic: &str,
+    partitions: &[i32],
+) -> (shardlog::protocol::ErrorCode, Vec<i64>) {
+    use shardlog::protocol::offset_fetch::*;
+    let request = OffsetFetchRequest {
+        group_id: group.into(),
+        topics: Some(vec![OffsetFetchTopic { name: topic.into(), partition_indexes: partitions.to_vec() }]),
+    };
+    let reader = conn.request(ApiKey::OffsetFetch, 5, |w| request.encode(w, 5)).unwrap();
+    let answer = shardlog::client::decode(reader, 5, OffsetFetchResponse::decode).unwrap();
+    let offsets =
+        answer.topics.first().map_or(Vec::new(), |t| t.partitions.iter().map(|p| p.committed_offset).collect());
+    (answer.error, offsets)
 }
