@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The long fault-injection run of issue 30: tests/compat/test_faults.py
-# (three machines, a replicated topic, confluent-kafka producing with
-# acks=all and idempotence, a group consumer and an assigned one, kill -9,
-# kill -9 with torn log tails, SIGSTOP past the lease; then a drain,
+# (three machines in network namespaces, a replicated topic, confluent-kafka
+# producing with acks=all and idempotence, a group consumer and an assigned
+# one, kill -9, kill -9 with torn log tails, SIGSTOP past the lease, an
+# isolated leader and a bridge made with nftables; then a drain,
 # `shardlog history check`, and the replicas' logs compared byte for byte)
 # with many more fault cycles than CI runs.
 #

@@ -89,9 +89,9 @@ def pick_ports(count: int, attempts: int = 200) -> int:
     raise RuntimeError(f"no run of {count} free ports found")
 
 
-def _can_connect(port: int) -> bool:
+def _can_connect(port: int, host: str = "127.0.0.1") -> bool:
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+        with socket.create_connection((host, port), timeout=0.5):
             return True
     except OSError:
         return False
@@ -108,6 +108,10 @@ class Broker:
     proc: Optional[subprocess.Popen] = None
     starts: int = 0
     extra_args: List[str] = field(default_factory=list)
+    # A machine in a network namespace of its own (`NetnsMachines`): its
+    # address there, and the namespace it runs in.
+    host: str = "127.0.0.1"
+    netns: Optional[str] = None
 
     # ---- addressing ----
     @property
@@ -118,11 +122,11 @@ class Broker:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def bootstrap_all(self) -> str:
-        return ",".join(f"127.0.0.1:{p}" for p in self.ports)
+        return ",".join(f"{self.host}:{p}" for p in self.ports)
 
     @property
     def mode(self) -> str:
@@ -143,6 +147,8 @@ class Broker:
         pin = os.environ.get("SHARDLOG_TEST_PIN")
         if pin:
             cmd += ["--pin", pin]
+        if self.netns:
+            cmd = ["ip", "netns", "exec", self.netns] + cmd + ["--host", self.host]
         return cmd + list(self.extra_args)
 
     def start(self, timeout: float = 30.0) -> None:
@@ -160,7 +166,7 @@ class Broker:
             rc = self.proc.poll()
             if rc is not None:
                 pytest.fail(f"broker exited with code {rc} during startup\n{self.log_tail()}")
-            if all(_can_connect(p) for p in self.ports):
+            if all(_can_connect(p, self.host) for p in self.ports):
                 return
             time.sleep(0.05)
         self.proc.kill()
@@ -199,7 +205,7 @@ class Broker:
 
     def _wait_ports_released(self, timeout: float = 10.0) -> None:
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and any(_can_connect(p) for p in self.ports):
+        while time.monotonic() < deadline and any(_can_connect(p, self.host) for p in self.ports):
             time.sleep(0.05)
 
     def log_text(self) -> str:
@@ -246,6 +252,109 @@ def start_machines(work: Path, count: int, cores: int, extra: Callable[[int, int
         data.mkdir(parents=True)
         machines.append(Broker(listener="per-core", cores=cores, data_dir=data,
                                log_path=work / f"m{i + 1}" / "broker.log", port=base,
+                               extra_args=["--machine-id", str(i + 1), "--controller-voters", voters,
+                                           *extra(i, base)]))
+    threads = [threading.Thread(target=m.start, args=(60.0,)) for m in machines]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(m.running() for m in machines), "every machine started"
+    return machines
+
+
+class NetnsMachines:
+    """Machines of one cluster, each in a network namespace of its own with
+    an address on a bridge (198.18.1.0/24, RFC 2544's range for tests; the
+    recipe of ../shared/netns.md), reached by the test through a link of its
+    own (198.18.1.100), so that nftables inside a namespace can cut a
+    machine off from the others while clients still reach it. `close`
+    removes every namespace and link, also after a failure."""
+
+    SUBNET = "198.18.1"
+    HOST = "198.18.1.100"
+
+    def __init__(self, count: int):
+        self.count = count
+        self.prefix = f"slpy{os.getpid() % 10000}"
+        self.hub = f"{self.prefix}hub"
+        self.cuts = set()
+        try:
+            self._run("ip", "netns", "add", self.hub)
+            self._run("ip", "-n", self.hub, "link", "add", "br0", "type", "bridge")
+            self._run("ip", "-n", self.hub, "link", "set", "br0", "up")
+            for i in range(count):
+                ns, veth = self.ns(i), f"{self.prefix}v{i}"
+                self._run("ip", "netns", "add", ns)
+                self._run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+                self._run("ip", "link", "set", veth, "netns", self.hub)
+                self._run("ip", "-n", self.hub, "link", "set", veth, "master", "br0", "up")
+                self._run("ip", "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", "eth0")
+                self._run("ip", "-n", ns, "link", "set", "eth0", "up")
+                self._run("ip", "-n", ns, "link", "set", "lo", "up")
+            host, peer = f"{self.prefix}h", f"{self.prefix}hb"
+            self._run("ip", "link", "add", host, "type", "veth", "peer", "name", peer, "netns", self.hub)
+            self._run("ip", "-n", self.hub, "link", "set", peer, "master", "br0", "up")
+            self._run("ip", "addr", "add", f"{self.HOST}/24", "dev", host)
+            self._run("ip", "link", "set", host, "up")
+        except Exception:
+            self.close()
+            raise
+
+    @staticmethod
+    def _run(*args: str) -> None:
+        subprocess.run(list(args), check=True, capture_output=True)
+
+    def ns(self, i: int) -> str:
+        return f"{self.prefix}m{i}"
+
+    def address(self, i: int) -> str:
+        return f"{self.SUBNET}.{i + 1}"
+
+    def cut(self, a: int, b: int) -> None:
+        """Drops every packet between machines a and b, both ways, silently."""
+        for me, other in ((a, b), (b, a)):
+            ns = self.ns(me)
+            self._run("ip", "netns", "exec", ns, "nft", "add", "table", "inet", "cut")
+            for chain, hook, fld in (("out", "output", "daddr"), ("in", "input", "saddr")):
+                self._run("ip", "netns", "exec", ns, "nft", "add", "chain", "inet", "cut", chain,
+                          f"{{ type filter hook {hook} priority 0; }}")
+                self._run("ip", "netns", "exec", ns, "nft", "add", "rule", "inet", "cut", chain,
+                          "ip", fld, self.address(other), "drop")
+        self.cuts.add((min(a, b), max(a, b)))
+
+    def isolate(self, i: int) -> None:
+        for other in range(self.count):
+            if other != i:
+                self.cut(i, other)
+
+    def heal(self) -> None:
+        for i in range(self.count):
+            subprocess.run(["ip", "netns", "exec", self.ns(i), "nft", "delete", "table", "inet", "cut"],
+                           capture_output=True)
+        self.cuts.clear()
+
+    def close(self) -> None:
+        subprocess.run(["ip", "link", "del", f"{self.prefix}h"], capture_output=True)
+        for i in range(self.count):
+            subprocess.run(["ip", "netns", "del", self.ns(i)], capture_output=True)
+        subprocess.run(["ip", "netns", "del", self.hub], capture_output=True)
+
+
+def start_machines_netns(work: Path, net: NetnsMachines, cores: int,
+                         extra: Callable[[int, int], List[str]] = lambda i, base: []) -> List[Broker]:
+    """`start_machines`, each machine in its namespace of `net` at its
+    address there (the same ports on every machine)."""
+    _require_binary()
+    base = 19092
+    voters = ",".join(f"{i + 1}@{net.address(i)}:{base + cores}" for i in range(net.count))
+    machines = []
+    for i in range(net.count):
+        data = work / f"m{i + 1}" / "data"
+        data.mkdir(parents=True)
+        machines.append(Broker(listener="per-core", cores=cores, data_dir=data,
+                               log_path=work / f"m{i + 1}" / "broker.log", port=base,
+                               host=net.address(i), netns=net.ns(i),
                                extra_args=["--machine-id", str(i + 1), "--controller-voters", voters,
                                            *extra(i, base)]))
     threads = [threading.Thread(target=m.start, args=(60.0,)) for m in machines]

@@ -1,14 +1,19 @@
 """Faults against a replicated topic, checked like Jepsen's Kafka workload
 (issue 30).
 
-Three `shardlog serve` machines on 127.0.0.1 (2 cores each, all controller
-voters), a topic of 3 partitions with 3 replicas and min.insync.replicas=2.
+Three `shardlog serve` machines, each in a network namespace of its own
+(2 cores each, all controller voters; `conftest.NetnsMachines`), a topic of
+3 partitions with 3 replicas and min.insync.replicas=2.
 confluent-kafka (librdkafka, unmodified) produces unique values to keys
 with acks=all and idempotence, records every send's outcome; a consumer in
 a group and a consumer by assignment record every poll. Meanwhile the
 faults, chosen by a seed: kill -9 of a partition leader's machine (with,
 sometimes, a torn batch written at the end of its logs before it returns),
-and SIGSTOP of a machine for longer than its lease. After the last fault
+SIGSTOP of a machine for longer than its lease, and network partitions
+made with nftables in the namespaces: a leader's machine cut off from the
+others (the majority goes on without it, it cannot commit), and a bridge
+(two machines cut from each other, both still reaching the third). The
+clients reach every machine throughout, as in Jepsen. After the last fault
 every machine returns, a fresh consumer drains every partition, and
 `shardlog history check` looks for lost, duplicated, inconsistent, skipped
 and out-of-order records. Then the replicas' logs are compared on disk,
@@ -37,7 +42,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, start_machines, unique_topic
+from conftest import BIN, NetnsMachines, start_machines_netns, unique_topic
 
 MACHINES = 3
 CORES = 2
@@ -48,17 +53,27 @@ SEED = int(os.environ.get("SHARDLOG_FAULT_SEED", str(random.randrange(1 << 30)))
 
 
 @pytest.fixture
-def machines(tmp_path):
-    out = start_machines(tmp_path, MACHINES, CORES, lambda i, base: ["--group-initial-rebalance-delay-ms", "0"])
+def net():
+    """The namespaces and links, removed at teardown whatever happened."""
+    net = NetnsMachines(MACHINES)
+    yield net
+    net.close()
+
+
+@pytest.fixture
+def machines(tmp_path, net):
+    out = start_machines_netns(tmp_path, net, CORES, lambda i, base: ["--group-initial-rebalance-delay-ms", "0"])
     yield out
+    net.heal()
     for m in out:
         if m.proc is not None and m.proc.poll() is None:
             m.proc.send_signal(signal.SIGCONT)
             m.stop()
 
 
-def machine_of_port(machines, port):
-    return next(i for i, m in enumerate(machines) if port in m.ports)
+def machine_of_broker(machines, broker):
+    """The machine (index) a Metadata broker entry is a node of."""
+    return next(i for i, m in enumerate(machines) if broker.host == m.host and broker.port in m.ports)
 
 
 class Recorder:
@@ -225,7 +240,7 @@ def leader_machine(machines, topic, partition):
             continue
         leader = md.topics[topic].partitions[partition].leader
         if leader >= 0 and leader in md.brokers:
-            return machine_of_port(machines, md.brokers[leader].port)
+            return machine_of_broker(machines, md.brokers[leader])
     return None
 
 
@@ -270,7 +285,7 @@ def check_history(history, path):
 
 
 @pytest.mark.timeout(max(900, CYCLES * 30))
-def test_kills_stops_and_torn_tails_lose_no_acknowledged_write_and_replicas_agree(machines, tmp_path):
+def test_kills_stops_partitions_and_torn_tails_lose_no_acknowledged_write_and_replicas_agree(machines, net, tmp_path):
     rng = random.Random(SEED)
     print(f"fault seed {SEED}, {CYCLES} cycles (SHARDLOG_FAULT_SEED={SEED} replays the choices)")
     topic, bootstrap = replicated_topic(machines, "faults")
@@ -286,7 +301,7 @@ def test_kills_stops_and_torn_tails_lose_no_acknowledged_write_and_replicas_agre
     try:
         time.sleep(2)
         for cycle in range(CYCLES):
-            kind = rng.choice(["kill", "kill-torn", "stop"])
+            kind = rng.choice(["kill", "kill-torn", "stop", "isolate", "bridge"])
             victim = leader_machine(machines, topic, rng.randrange(PARTITIONS))
             if victim is None:
                 victim = rng.randrange(MACHINES)
@@ -298,10 +313,23 @@ def test_kills_stops_and_torn_tails_lose_no_acknowledged_write_and_replicas_agre
                 if kind == "kill-torn":
                     tear_tails(m.data_dir, topic, rng)
                 m.start(60.0)
-            else:
+            elif kind == "stop":
                 m.proc.send_signal(signal.SIGSTOP)
                 time.sleep(rng.uniform(2.5, 4.0))
                 m.proc.send_signal(signal.SIGCONT)
+            elif kind == "isolate":
+                # The leader's machine alone: the other two (a majority of
+                # the voters and of each ISR) go on without it.
+                net.isolate(victim)
+                time.sleep(rng.uniform(3.0, 5.0))
+                net.heal()
+            else:
+                # The victim is the bridge: the other two cannot reach each
+                # other, both reach it.
+                a, b = [i for i in range(MACHINES) if i != victim]
+                net.cut(a, b)
+                time.sleep(rng.uniform(3.0, 5.0))
+                net.heal()
             wait_full_isr(machines, topic)
             time.sleep(rng.uniform(0.5, 2.0))
     finally:
