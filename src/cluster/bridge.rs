@@ -191,6 +191,12 @@ pub fn bootstrap(
                 Err(err) => retry(err)?,
             }
         }
+        if matches!(step, Request::RegisterMachine { .. }) {
+            // Heartbeat from the registration on: a machine fenced while it
+            // starts (its lease, or a probe of its port before it listens)
+            // is unfenced by its next heartbeat, and the wait below ends.
+            handle.live(incarnation);
+        }
     }
     if let Some(legacy) = legacy.filter(|_| fresh) {
         loop {
@@ -211,7 +217,6 @@ pub fn bootstrap(
         }
         retry(SubmitError::TimedOut)?;
     }
-    handle.live(incarnation);
     Ok(incarnation)
 }
 
