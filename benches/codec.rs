@@ -45,6 +45,7 @@ fn codecs(c: &mut Criterion) {
                     last_stable_offset: 1000,
                     log_start_offset: 0,
                     records: vec![Bytes::from(vec![2u8; 16 << 10])],
+                    aborted_transactions: Vec::new(),
                     preferred_read_replica: -1,
                 })
                 .collect(),

@@ -29,6 +29,7 @@ pub mod constants;
 pub mod group;
 pub mod log;
 pub mod metrics;
+pub mod mirror;
 pub mod net;
 pub mod protocol;
 pub mod replica;

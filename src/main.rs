@@ -51,10 +51,36 @@ enum Command {
         #[command(subcommand)]
         command: HistoryCommand,
     },
+    /// Copy topics from one Kafka-compatible cluster to another (MirrorMaker 2's names and records:
+    /// offset syncs, checkpoints, heartbeats; translated group offsets). `mirror status` shows its progress.
+    Mirror(Box<MirrorArgs>),
     /// Show the broker's nodes (cores), their partitions and disk use.
     Cluster {
         #[command(subcommand)]
         command: ClusterCommand,
+    },
+}
+
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+struct MirrorArgs {
+    #[command(subcommand)]
+    command: Option<MirrorCommand>,
+    #[command(flatten)]
+    run: Option<shardlog::mirror::RunArgs>,
+}
+
+#[derive(Subcommand)]
+enum MirrorCommand {
+    /// Lag per partition (source end, newest offset sync, target end), throughput into the target over a
+    /// second, and the newest checkpoint: read from the two clusters, so it sees any mirror, running or not.
+    Status {
+        #[arg(long)]
+        source: String,
+        #[arg(long)]
+        target: String,
+        #[arg(long, default_value = "source")]
+        source_alias: String,
     },
 }
 
@@ -143,6 +169,22 @@ enum GroupCommand {
         to_datetime: Option<i64>,
         #[command(flatten)]
         broker: BrokerArg,
+    },
+    /// Translate a source group's committed offsets to a mirrored target (shardlog mirror, from the offset
+    /// syncs on the target), exactly and never past what was copied; --apply commits them there.
+    TranslateOffsets {
+        group: String,
+        #[arg(long)]
+        source: String,
+        #[arg(long)]
+        target: String,
+        #[arg(long, default_value = "source")]
+        source_alias: String,
+        #[arg(long, value_enum, default_value_t = shardlog::mirror::policy::Rename::Prefix)]
+        rename: shardlog::mirror::policy::Rename,
+        /// Commit the translated offsets to the group on the target (it must have no active member there).
+        #[arg(long)]
+        apply: bool,
     },
 }
 
@@ -480,6 +522,16 @@ fn main() -> ExitCode {
         Command::Topic { command } => topic(command),
         Command::Group { command } => group(command),
         Command::Cluster { command } => cluster(command),
+        Command::Mirror(args) => match (args.command, args.run) {
+            (Some(MirrorCommand::Status { source, target, source_alias }), _) => {
+                shardlog::mirror::status(&source, &target, &source_alias).map(|text| print!("{text}"))
+            }
+            (None, Some(run)) => {
+                init_cli_logs();
+                shardlog::mirror::run(run)
+            }
+            (None, None) => Err("mirror: give --source and --target (see shardlog mirror --help)".into()),
+        },
         Command::History { command: HistoryCommand::Check { file, json } } => match check_history(&file, json) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::FAILURE,
@@ -731,6 +783,17 @@ fn group(command: GroupCommand) -> Result<(), String> {
                 println!("{topic}\t{partition}\t{offset}");
             }
         }
+        GroupCommand::TranslateOffsets { group, source, target, source_alias, rename, apply } => {
+            let translated =
+                shardlog::mirror::translate_offsets(&source, &target, &source_alias, rename, &group, apply)?;
+            println!("{:<32} {:>9} {:>14} {:>14}", "TARGET TOPIC", "PARTITION", "SOURCE OFFSET", "TARGET OFFSET");
+            for (topic, partition, upstream, downstream) in translated {
+                println!("{topic:<32} {partition:>9} {upstream:>14} {downstream:>14}");
+            }
+            if apply {
+                println!("committed to group {group} on {target}");
+            }
+        }
     }
     Ok(())
 }
@@ -793,6 +856,15 @@ fn cluster(command: ClusterCommand) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Logs of a long-running client command (`mirror`) to stderr, at
+/// `RUST_LOG` (default info).
+fn init_cli_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_writer(std::io::stderr).try_init();
 }
 
 #[cfg(test)]

@@ -33,6 +33,9 @@ impl PartitionLag {
     }
 }
 
+/// A committed offset: (topic, partition, offset, metadata).
+pub type Committed = (String, i32, i64, String);
+
 /// Where `reset-offsets` moves a group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResetTarget {
@@ -261,6 +264,71 @@ impl GroupAdmin {
             }
         }
         Ok(partitions.into_iter().map(|(_, p)| p).zip(offsets).collect())
+    }
+
+    /// The group's state ("Empty", "Stable", ..., "Dead" when it does not
+    /// exist) and its committed offsets: (topic, partition, offset, metadata).
+    pub fn state_and_offsets(&mut self, group_id: &str) -> Result<(String, Vec<Committed>), GroupAdminError> {
+        let mut coordinator = self.coordinator(group_id)?;
+        let request = DescribeGroupsRequest { groups: vec![group_id.into()], include_authorized_operations: false };
+        let reader = coordinator.request(ApiKey::DescribeGroups, 4, |w| request.encode(w, 4))?;
+        let answer = decode(reader, 4, DescribeGroupsResponse::decode)?;
+        let state = answer.groups.into_iter().next().map_or_else(|| "Dead".to_string(), |g| g.group_state);
+        let request = OffsetFetchRequest { group_id: group_id.into(), topics: None };
+        let reader = coordinator.request(ApiKey::OffsetFetch, 5, |w| request.encode(w, 5))?;
+        let answer = decode(reader, 5, OffsetFetchResponse::decode)?;
+        check(format!("fetch offsets of {group_id}"), answer.error)?;
+        let mut offsets = Vec::new();
+        for topic in answer.topics {
+            for p in topic.partitions {
+                if p.committed_offset >= 0 {
+                    offsets.push((
+                        topic.name.clone(),
+                        p.partition_index,
+                        p.committed_offset,
+                        p.metadata.unwrap_or_default(),
+                    ));
+                }
+            }
+        }
+        Ok((state, offsets))
+    }
+
+    /// Commits `offsets` (topic, partition, offset, metadata) as an admin
+    /// (generation -1: refused while the group has active members).
+    pub fn commit(&mut self, group_id: &str, offsets: &[Committed]) -> Result<(), GroupAdminError> {
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        let mut topics: BTreeMap<&str, Vec<OffsetCommitPartition>> = BTreeMap::new();
+        for (topic, partition, offset, metadata) in offsets {
+            topics.entry(topic).or_default().push(OffsetCommitPartition {
+                partition_index: *partition,
+                committed_offset: *offset,
+                committed_leader_epoch: -1,
+                committed_metadata: Some(metadata.clone()),
+            });
+        }
+        let mut coordinator = self.coordinator(group_id)?;
+        let request = OffsetCommitRequest {
+            group_id: group_id.into(),
+            generation_id: -1,
+            member_id: String::new(),
+            group_instance_id: None,
+            retention_time_ms: -1,
+            topics: topics
+                .into_iter()
+                .map(|(name, partitions)| OffsetCommitTopic { name: name.into(), partitions })
+                .collect(),
+        };
+        let reader = coordinator.request(ApiKey::OffsetCommit, 7, |w| request.encode(w, 7))?;
+        let answer = decode(reader, 7, OffsetCommitResponse::decode)?;
+        for topic in &answer.topics {
+            for p in &topic.partitions {
+                check(format!("commit {topic}-{}", p.partition_index, topic = topic.name), p.error)?;
+            }
+        }
+        Ok(())
     }
 
     /// Commits `offsets` (topic, partition, offset, leader epoch, metadata)

@@ -49,6 +49,11 @@ impl Connection {
         Ok(Self { stream, correlation_id: 0, client_id: "shardlog-cli".into() })
     }
 
+    /// The client id sent with each request.
+    pub fn set_client_id(&mut self, client_id: &str) {
+        self.client_id = client_id.into();
+    }
+
     /// Sends a request whose body `encode` writes, and returns a reader over
     /// the response body (header consumed).
     pub fn request(

@@ -168,6 +168,9 @@ pub struct FetchPartitionResponse {
     /// Whole batches, in offset order (the last may be partial when decoded
     /// from a peer that cut it at max_bytes).
     pub records: Vec<Bytes>,
+    /// (producer id, first offset) of the aborted transactions in the
+    /// answer (read_committed); decoded only, the broker has none.
+    pub aborted_transactions: Vec<(i64, i64)>,
     /// v11: the replica the consumer should read from instead (KIP-392),
     /// -1 for this one.
     pub preferred_read_replica: i32,
@@ -182,6 +185,7 @@ impl FetchPartitionResponse {
             last_stable_offset: -1,
             log_start_offset: -1,
             records: Vec::new(),
+            aborted_transactions: Vec::new(),
             preferred_read_replica: -1,
         }
     }
@@ -238,9 +242,9 @@ impl FetchResponse {
                 let last_stable_offset = r.i64()?;
                 let log_start_offset = if version >= 5 { r.i64()? } else { -1 };
                 let aborted = r.array_len(16)?;
+                let mut aborted_transactions = Vec::with_capacity(aborted);
                 for _ in 0..aborted {
-                    r.i64()?;
-                    r.i64()?;
+                    aborted_transactions.push((r.i64()?, r.i64()?));
                 }
                 let preferred_read_replica = if version >= 11 { r.i32()? } else { -1 };
                 let data = r.nullable_bytes()?.unwrap_or_default();
@@ -253,6 +257,7 @@ impl FetchResponse {
                     last_stable_offset,
                     log_start_offset,
                     records,
+                    aborted_transactions,
                     preferred_read_replica,
                 });
             }

@@ -218,6 +218,21 @@ pub fn patch(batch: &mut [u8], base_offset: i64, leader_epoch: i32) {
     batch[LEADER_EPOCH_AT..LEADER_EPOCH_AT + 4].copy_from_slice(&leader_epoch.to_be_bytes());
 }
 
+/// Rewrites a whole batch for a new producer (the mirror's re-produce): base
+/// offset 0 and leader epoch -1 (the broker assigns both), `attributes`,
+/// the producer fields, and the CRC-32C over the changed bytes. Records and
+/// timestamps stay byte for byte, compressed or not.
+pub fn restamp(batch: &mut [u8], attributes: i16, producer: ProducerFields) {
+    assert!(batch.len() >= HEADER_BYTES);
+    patch(batch, 0, -1);
+    batch[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&attributes.to_be_bytes());
+    batch[PRODUCER_ID_AT..PRODUCER_ID_AT + 8].copy_from_slice(&producer.producer_id.to_be_bytes());
+    batch[PRODUCER_EPOCH_AT..PRODUCER_EPOCH_AT + 2].copy_from_slice(&producer.producer_epoch.to_be_bytes());
+    batch[BASE_SEQUENCE_AT..BASE_SEQUENCE_AT + 4].copy_from_slice(&producer.base_sequence.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[ATTRIBUTES_AT..]);
+    batch[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
 /// Splits a record set (several batches back to back) into whole batches.
 /// A trailing partial batch (allowed in fetch responses) is ignored.
 pub fn split_batches(mut data: Bytes, batch_bytes_max: usize) -> Result<Vec<Bytes>, BatchError> {

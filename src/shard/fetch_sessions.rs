@@ -469,6 +469,7 @@ mod tests {
             last_stable_offset: high_watermark,
             log_start_offset: 0,
             records: (0..records).map(|_| bytes::Bytes::from_static(b"batch")).collect(),
+            aborted_transactions: Vec::new(),
             preferred_read_replica: -1,
         };
         Answer { response, remote: None }
