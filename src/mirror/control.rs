@@ -85,6 +85,9 @@ impl Control {
     pub fn run(mut self) -> Result<(), String> {
         self.create_internal_topics()?;
         self.read_syncs()?;
+        if !self.syncs.is_empty() {
+            std::thread::sleep(resume::SETTLE);
+        }
         let mut refreshed: Option<Instant> = None;
         let mut beat: Option<Instant> = None;
         let mut checkpointed: Option<Instant> = None;
@@ -271,8 +274,7 @@ impl Control {
             return;
         }
         let sync = self.syncs.get(&key).copied();
-        let settle = Duration::from_millis(200);
-        let answer = resume::resume(&mut self.source, &mut self.target, (&key.0, key.1), target_topic, sync, settle);
+        let answer = resume::resume(&mut self.source, &mut self.target, (&key.0, key.1), target_topic, sync);
         let (start, downstream) = match answer {
             Ok(found) => found,
             Err(err) => {

@@ -12,30 +12,23 @@
 //! offset exactly (`translate`).
 //!
 //! Limits: a record the dead mirror sent that the target commits only
-//! after the count (the count reads up to the high watermark, which must
-//! hold still for a moment first) would be copied twice; compaction on the
+//! after the count (the count reads up to the high watermark; a starting
+//! mirror first waits `SETTLE` for a dead one's last requests) would be
+//! copied twice; compaction on the
 //! target between d and its end makes the count short (duplicates, never
 //! gaps).
 
 use std::time::Duration;
 
+/// How long a starting mirror waits before it counts: a mirror killed a
+/// moment ago may have produce requests in flight, answered within
+/// milliseconds by a healthy target.
+pub const SETTLE: Duration = Duration::from_secs(1);
+
 use super::batches::select;
 use super::link::{Link, LinkError, LinkResult};
 use crate::protocol::record_batch::{self, BatchHeader};
 
-/// The target's high watermark once it has held still for `settle`.
-pub fn settled_end(target: &mut Link, topic: &str, partition: i32, settle: Duration) -> LinkResult<i64> {
-    let mut end = target.list_offset(topic, partition, -1)?;
-    for _ in 0..20 {
-        std::thread::sleep(settle);
-        let again = target.list_offset(topic, partition, -1)?;
-        if again == end {
-            return Ok(end);
-        }
-        end = again;
-    }
-    Ok(end)
-}
 
 /// Data records of a target partition at offsets after `after`, below `end`.
 pub fn count_after(target: &mut Link, topic: &str, partition: i32, after: i64, end: i64) -> LinkResult<i64> {
@@ -158,9 +151,8 @@ pub fn resume(
     (topic, partition): (&str, i32),
     target_topic: &str,
     sync: Option<(i64, i64)>,
-    settle: Duration,
 ) -> LinkResult<(i64, i64)> {
-    let end = settled_end(target, target_topic, partition, settle)?;
+    let end = target.list_offset(target_topic, partition, -1)?;
     match sync {
         None => {
             let start = target.list_offset(target_topic, partition, -2)?;
