@@ -465,7 +465,7 @@ pub fn encode(snapshots: Vec<CoreSnapshot>, context: ScrapeContext) -> String {
 /// The `Content-Type` of [`encode`]'s output.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
-type Labels = Vec<(&'static str, String)>;
+pub(crate) type Labels = Vec<(&'static str, String)>;
 
 #[derive(Debug)]
 struct Exposition {
@@ -942,7 +942,7 @@ fn api_name(slot: usize) -> Option<&'static str> {
     })
 }
 
-fn counter(
+pub(crate) fn counter(
     out: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -955,7 +955,7 @@ fn counter(
     Ok(())
 }
 
-fn gauge(
+pub(crate) fn gauge(
     out: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -968,7 +968,7 @@ fn gauge(
     Ok(())
 }
 
-fn histogram<'h>(
+pub(crate) fn histogram<'h>(
     out: &mut DescriptorEncoder,
     name: &str,
     help: &str,

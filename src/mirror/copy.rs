@@ -96,6 +96,8 @@ pub struct Shared {
     /// Source append (the batch's newest record time) to target
     /// acknowledgement, in microseconds.
     pub latency: Mutex<hdrhistogram::Histogram<u64>>,
+    /// The same, in the broker's fixed buckets (for Prometheus).
+    pub latency_buckets: Mutex<crate::metrics::Histogram>,
     pub records: AtomicU64,
     pub bytes: AtomicU64,
     pub stop: AtomicBool,
@@ -106,6 +108,7 @@ impl Shared {
         Self {
             progress: Mutex::new(HashMap::new()),
             latency: Mutex::new(hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("bounds")),
+            latency_buckets: Mutex::new(crate::metrics::Histogram::default()),
             records: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             stop: AtomicBool::new(false),
@@ -419,6 +422,7 @@ fn acknowledged(key: &Key, state: &mut Producing, base_offset: i64, shared: &Sha
     state.retry_at = None;
     let latency_us = (now_ms() - batch.max_timestamp).max(0) as u64 * 1000;
     let _ = shared.latency.lock().expect("latency").record(latency_us.max(1));
+    shared.latency_buckets.lock().expect("latency").record(Duration::from_micros(latency_us));
     shared.records.fetch_add(batch.records as u64, Ordering::Relaxed);
     shared.bytes.fetch_add(batch.source_bytes as u64, Ordering::Relaxed);
     let mut progress = shared.progress.lock().expect("progress");

@@ -14,7 +14,7 @@
 //! `mapping` (source offset -> target offset, translation), `resume`
 //! (where to go on, from the target's data), `link` (a blocking Kafka
 //! client of one cluster), `copy` (the worker threads), `control` (the
-//! control thread).
+//! control thread), `metrics` (`--metrics-port`).
 //!
 //! Delivery: every source record of a mirrored partition reaches the
 //! target once, in order, with its partition number, key, value, headers
@@ -32,6 +32,7 @@ pub mod copy;
 pub mod formats;
 pub mod link;
 pub mod mapping;
+pub mod metrics;
 pub mod policy;
 pub mod resume;
 
@@ -87,6 +88,10 @@ pub struct RunArgs {
     /// Commit translated offsets on the target for groups with no active member there.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub sync_group_offsets: bool,
+    /// Serve Prometheus metrics (`/metrics`) and per-partition progress (`/v1/status`) on this port
+    /// (0: any free port, printed at start) [default: off].
+    #[arg(long)]
+    pub metrics_port: Option<u16>,
     /// Seconds between progress lines.
     #[arg(long, default_value_t = 5)]
     pub report_s: u64,
@@ -117,6 +122,10 @@ pub fn run(args: RunArgs) -> Result<(), String> {
             }
             std::thread::sleep(Duration::from_millis(50));
         });
+    }
+    if let Some(port) = args.metrics_port {
+        let bound = metrics::serve(port, shared.clone()).map_err(|e| format!("--metrics-port {port}: {e}"))?;
+        println!("mirror metrics on port {bound}: /metrics, /v1/status");
     }
     let (to_control, from_workers) = flume::unbounded();
     let mut workers = Vec::new();

@@ -29,7 +29,6 @@ use super::batches::select;
 use super::link::{Link, LinkError, LinkResult};
 use crate::protocol::record_batch::{self, BatchHeader};
 
-
 /// Data records of a target partition at offsets after `after`, below `end`.
 pub fn count_after(target: &mut Link, topic: &str, partition: i32, after: i64, end: i64) -> LinkResult<i64> {
     let mut offset = (after + 1).max(target.list_offset(topic, partition, -2)?);

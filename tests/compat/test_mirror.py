@@ -11,12 +11,15 @@ Rust encoder.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import struct
 import subprocess
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
@@ -333,7 +336,8 @@ def test_partitions_and_configs_added_on_the_source_appear_on_the_target(broker_
     target = broker_factory("per-core", 2)
     topic = source.create_topic(unique_topic("grow"), partitions=2, configs=["retention.ms=3600000"])
     produce(source.bootstrap, topic, 100)
-    mirror = mirrors(source, target, "--source-alias", "east", "--topics", topic, "--refresh-ms", "500")
+    mirror = mirrors(source, target, "--source-alias", "east", "--topics", topic, "--refresh-ms", "500",
+                     "--metrics-port", "0")
     mirrored = f"east.{topic}"
     wait_until(lambda: topics_of(target.bootstrap).get(mirrored) == 2, 30, "the target topic", mirror.text)
     configs = target.cli("topic", "describe", mirrored, "-b", target.bootstrap).stdout
@@ -350,6 +354,18 @@ def test_partitions_and_configs_added_on_the_source_appear_on_the_target(broker_
                mirror.text)
     got = read_all(target.bootstrap, mirrored, 5)
     assert [got[p][0][1] for p in (2, 3, 4)] == [b"new-2", b"new-3", b"new-4"]
+
+    # The metrics, as a scraper reads them.
+    port = int(re.search(r"mirror metrics on port (\d+)", mirror.text()).group(1))
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    copied = re.search(r"^shardlog_mirror_records_total (\d+)", metrics, re.M)
+    assert copied and int(copied.group(1)) == 103, metrics
+    lags = re.findall(rf'^shardlog_mirror_lag_records{{[^}}]*topic="{topic}"[^}}]*}} (-?\d+)', metrics, re.M)
+    assert lags == ["0"] * 5, metrics
+    batches = re.search(r"^shardlog_mirror_replication_latency_seconds_count (\d+)", metrics, re.M)
+    assert batches and int(batches.group(1)) >= 5, metrics
+    status = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/status", timeout=10).read())
+    assert sorted((row["partition"], row["lag"]) for row in status["partitions"]) == [(p, 0) for p in range(5)]
     source.cli("topic", "alter", topic, "--set", "retention.ms=7200000", "-b", source.bootstrap)
     wait_until(lambda: "7200000" in target.cli("topic", "describe", mirrored, "-b", target.bootstrap).stdout, 60,
                "the changed config on the target", mirror.text)
