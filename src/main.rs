@@ -863,8 +863,13 @@ fn cluster(command: ClusterCommand) -> Result<(), String> {
 fn init_cli_logs() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ =
-        tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_writer(std::io::stderr).try_init();
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 #[cfg(test)]

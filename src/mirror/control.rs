@@ -5,7 +5,7 @@
 //! of consumer groups (and their translated offsets, for groups not active
 //! on the target) and heartbeats.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,6 +17,7 @@ use super::copy::{Assignment, Key, Progress, Shared, ToControl, ToFetcher};
 use super::formats::{Checkpoint, Heartbeat, OffsetSync};
 use super::link::{now_ms, Link, LinkError};
 use super::mapping::Mapping;
+use super::membership::Membership;
 use super::policy::{Policy, HEARTBEATS};
 use super::resume;
 use super::RunArgs;
@@ -53,6 +54,12 @@ pub struct Control {
     checkpoints: HashMap<(String, String, i32), (i64, i64)>,
     generation: u64,
     configs_synced: Option<Instant>,
+    membership: Membership,
+    /// Every source partition to mirror that the last refresh found.
+    mirrorable: BTreeSet<Key>,
+    /// This member's share, and the whole group's, from the last rebalance.
+    mine: BTreeSet<Key>,
+    dealt: BTreeSet<Key>,
 }
 
 impl Control {
@@ -64,7 +71,12 @@ impl Control {
         from_workers: Receiver<ToControl>,
     ) -> Self {
         let client_id = args.name();
+        let membership = Membership::new(&client_id, &args.target, &client_id, args.instance_id.clone());
         Self {
+            membership,
+            mirrorable: BTreeSet::new(),
+            mine: BTreeSet::new(),
+            dealt: BTreeSet::new(),
             source: Link::new(&args.source, &client_id),
             target: Link::new(&args.target, &client_id),
             args,
@@ -100,6 +112,18 @@ impl Control {
                 }
                 refreshed = Some(Instant::now());
             }
+            let rejoin = self.shared.group.lock().expect("group").rejoin;
+            if rejoin || !self.mirrorable.is_subset(&self.dealt) || self.dealt.is_empty() && !self.mirrorable.is_empty()
+            {
+                self.rebalance();
+            }
+            let waiting: Vec<Key> = self.mine.iter().filter(|k| !self.assigned.contains_key(*k)).cloned().collect();
+            if refreshed.is_some_and(|at| at.elapsed() < Duration::from_millis(150)) {
+                for key in waiting {
+                    let target_topic = self.policy.target_topic(&key.0);
+                    self.start(key, &target_topic);
+                }
+            }
             while let Ok(message) = self.from_workers.try_recv() {
                 self.handle(message);
             }
@@ -125,9 +149,62 @@ impl Control {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        // Syncs of what was acknowledged, so a restart counts little.
-        let _ = self.write_syncs();
+        // Syncs of what was acknowledged, so a restart counts little; then
+        // the share goes to the others at once.
+        self.take_back();
+        self.membership.leave();
         Ok(())
+    }
+
+    /// Stops every partition: no new produce request, the ones under way
+    /// answered, offset syncs written, workers told.
+    fn take_back(&mut self) {
+        self.shared.writing.store(false, Ordering::SeqCst);
+        while self.shared.in_flight.load(Ordering::SeqCst) > 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if let Err(err) = self.write_syncs() {
+            tracing::warn!(%err, "mirror: offset syncs not written before a rebalance");
+        }
+        for key in self.assigned.keys() {
+            let _ = self.workers[worker_of(key, self.workers.len())].send(ToFetcher::Revoke(key.clone()));
+        }
+        self.assigned.clear();
+        self.shared.progress.lock().expect("progress").clear();
+    }
+
+    /// Gives every partition up and joins the group again for a new share.
+    fn rebalance(&mut self) {
+        self.take_back();
+        match self.membership.join(&self.mirrorable, &self.shared.group) {
+            Ok(assignment) => {
+                tracing::info!(
+                    mine = assignment.mine.len(),
+                    all = assignment.all.len(),
+                    "mirror: joined the mirror group {}",
+                    self.args.name()
+                );
+                self.mine = assignment.mine;
+                self.dealt = assignment.all;
+                // Another member may have copied these partitions since:
+                // its offset syncs are the newest.
+                if let Err(err) = self.read_syncs() {
+                    tracing::warn!(%err, "mirror: offset syncs not read back; counting from older ones");
+                }
+                self.shared.writing.store(true, Ordering::SeqCst);
+                for key in self.mine.clone() {
+                    let target_topic = self.policy.target_topic(&key.0);
+                    self.start(key, &target_topic);
+                }
+            }
+            Err(err) => {
+                tracing::warn!(%err, "mirror: cannot join the mirror group; retrying");
+                self.mine.clear();
+                self.dealt.clear();
+                self.shared.group.lock().expect("group").rejoin = true;
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
     }
 
     fn report(&self, rate: f64) {
@@ -195,6 +272,7 @@ impl Control {
         let mut source_admin = Admin::connect(first(&self.args.source))?;
         let sync_configs = self.configs_synced.is_none_or(|at| at.elapsed() >= Duration::from_secs(30));
         let target_metadata = self.target.metadata(None)?;
+        let mut mirrorable = BTreeSet::new();
         let target_counts: HashMap<String, i32> = target_metadata
             .topics
             .iter()
@@ -256,15 +334,13 @@ impl Control {
                 Some(_) => {}
             }
             for p in &topic.partitions {
-                let key = (topic.name.clone(), p.index);
-                if !self.assigned.contains_key(&key) {
-                    self.start(key, &target_topic);
-                }
+                mirrorable.insert((topic.name.clone(), p.index));
             }
         }
         if sync_configs {
             self.configs_synced = Some(Instant::now());
         }
+        self.mirrorable = mirrorable;
         Ok(())
     }
 

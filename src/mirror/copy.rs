@@ -15,7 +15,7 @@
 //! new generation; whatever the old generation had queued is dropped.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,6 +24,7 @@ use flume::{Receiver, RecvTimeoutError, Sender};
 use super::batches::{prepare, select, Prepared};
 use super::link::{now_ms, Link};
 use super::mapping::{Copied, Mapping};
+use super::membership::GroupState;
 use crate::protocol::record_batch::ProducerFields;
 use crate::protocol::ErrorCode;
 
@@ -47,6 +48,8 @@ pub struct Assignment {
 
 pub enum ToFetcher {
     Assign(Assignment),
+    /// Stop fetching the partition (it was dealt to another member).
+    Revoke(Key),
 }
 
 pub struct Chunk {
@@ -101,6 +104,13 @@ pub struct Shared {
     pub records: AtomicU64,
     pub bytes: AtomicU64,
     pub stop: AtomicBool,
+    /// This process's standing in its mirror group (`membership`).
+    pub group: Mutex<GroupState>,
+    /// Producers may start requests (false while the control thread takes
+    /// partitions back for a rebalance).
+    pub writing: AtomicBool,
+    /// Produce requests under way, all producers together.
+    pub in_flight: AtomicUsize,
 }
 
 impl Shared {
@@ -112,6 +122,9 @@ impl Shared {
             records: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             stop: AtomicBool::new(false),
+            group: Mutex::new(GroupState::default()),
+            writing: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
         }
     }
 
@@ -152,8 +165,21 @@ pub fn fetcher(
         } else {
             None
         };
-        for ToFetcher::Assign(a) in first.into_iter().chain(assignments.try_iter()) {
-            assigned.insert(a.key, Fetching { target_topic: a.target_topic, next: a.start, generation: a.generation });
+        for message in first.into_iter().chain(assignments.try_iter()) {
+            match message {
+                ToFetcher::Assign(a) => {
+                    assigned.insert(
+                        a.key,
+                        Fetching { target_topic: a.target_topic, next: a.start, generation: a.generation },
+                    );
+                }
+                ToFetcher::Revoke(key) => {
+                    assigned.remove(&key);
+                }
+            }
+        }
+        if assigned.is_empty() {
+            continue;
         }
         if refreshed.is_none_or(|at| at.elapsed() > METADATA_REFRESH) {
             let topics: Vec<String> = assigned
@@ -311,8 +337,26 @@ pub fn producer(mut target: Link, chunks: Receiver<Chunk>, control: Sender<ToCon
             state.queue.extend(chunk.batches);
         }
         queued_bytes = partitions.values().flat_map(|p| p.queue.iter()).map(|b| b.bytes.len()).sum();
-        produce_round(&mut target, &mut partitions, &control, &shared);
+        // Counted before the check, so the control thread, which clears
+        // `writing` and then waits for none in flight, never misses one.
+        shared.in_flight.fetch_add(1, Ordering::SeqCst);
+        let leased = shared.group.lock().expect("group").leased();
+        if shared.writing.load(Ordering::SeqCst) && leased {
+            drop_taken_back(&mut partitions, &shared);
+            produce_round(&mut target, &mut partitions, &control, &shared);
+            shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+        } else {
+            shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
+}
+
+/// Forgets partitions the control thread took back or handed out again
+/// (their progress entry is gone or has a newer generation).
+fn drop_taken_back(partitions: &mut HashMap<Key, Producing>, shared: &Shared) {
+    let progress = shared.progress.lock().expect("progress");
+    partitions.retain(|key, state| progress.get(key).is_some_and(|p| p.generation == state.generation));
 }
 
 /// Sends the head batch of every ready partition, one request per target

@@ -22,9 +22,9 @@
 //! across a kill -9 and restart it is `resume`'s (the progress lives in the
 //! target). It is not exactly-once in Kafka's transactional sense: a
 //! consumer of the target may see a record before the mirror's offset
-//! sync for it, and two mirrors writing one target partition would not
-//! fence each other (run one mirror per source/target pair; see the issue
-//! notes for the work-sharing plan).
+//! sync for it, and a mirror that loses its group membership stops writing
+//! on a lease (half the session timeout) rather than being fenced by the
+//! target (`membership`).
 
 pub mod batches;
 pub mod control;
@@ -32,6 +32,7 @@ pub mod copy;
 pub mod formats;
 pub mod link;
 pub mod mapping;
+pub mod membership;
 pub mod metrics;
 pub mod policy;
 pub mod resume;
@@ -73,9 +74,15 @@ pub struct RunArgs {
     /// and is not sent back).
     #[arg(long, default_value = "target")]
     pub target_alias: String,
-    /// This mirror's name (its Kafka client id) [default: shardlog-mirror-<source-alias>-<target-alias>].
+    /// This mirror's name [default: shardlog-mirror-<source-alias>-<target-alias>]: its Kafka client id,
+    /// and its group on the target: mirrors of one name share the partitions, and take over a dead one's
+    /// share (after its 10 s session).
     #[arg(long)]
     pub name: Option<String>,
+    /// This process's static identity in the mirror group (Kafka's group.instance.id, KIP-345): a mirror
+    /// restarted with the same one takes its share back at once instead of after the dead one's session.
+    #[arg(long)]
+    pub instance_id: Option<String>,
     /// Worker threads (each a fetcher and a producer); partitions are spread over them.
     #[arg(long, default_value_t = 1)]
     pub cores: usize,
@@ -161,6 +168,16 @@ pub fn run(args: RunArgs) -> Result<(), String> {
         args.rename,
         args.cores
     );
+    {
+        let (group, bootstrap, client_id, state) = (args.name(), args.target.clone(), args.name(), shared.clone());
+        let instance_id = args.instance_id.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("mirror-heartbeat".into())
+                .spawn(move || membership::heartbeats(group, bootstrap, client_id, instance_id, state))
+                .map_err(|e| e.to_string())?,
+        );
+    }
     let control = control::Control::new(args, policy, shared.clone(), workers, from_workers);
     let result = control.run();
     shared.stop.store(true, Ordering::Relaxed);

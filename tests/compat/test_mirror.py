@@ -177,7 +177,10 @@ def test_a_mirror_killed_mid_stream_resumes_with_every_record_once_and_in_order(
     total = 30_000
     writer = threading.Thread(target=produce, args=(source.bootstrap, topic, total, 6000.0))
     writer.start()
-    mirror = mirrors(source, target, "--source-alias", "east", "--target-alias", "west", "--topics", topic)
+    # A static member (--instance-id): each restart takes the partitions
+    # back at once, not after the dead process's session.
+    mirror = mirrors(source, target, "--source-alias", "east", "--target-alias", "west", "--topics", topic,
+                     "--instance-id", "east-west-1")
     kills = 0
     for pause in (1.5, 1.0, 2.0):
         time.sleep(pause)
@@ -195,8 +198,9 @@ def test_a_mirror_killed_mid_stream_resumes_with_every_record_once_and_in_order(
         assert len(got[p]) == len(expected[p]), f"partition {p}: {len(got[p])} records, source has {len(expected[p])}"
         assert got[p] == expected[p], f"partition {p} differs from the source (order, key, value, headers or time)"
     assert kills == 3
-    # Copying went on after each kill: each restart resumed from the target.
-    assert mirror.text().count("offset syncs read back") == 4
+    # The restarts went on from where the target's data ended, not from 0.
+    resumed = [int(n) for n in re.findall(r"mirror: copying .*? start=(\d+)", mirror.text())]
+    assert any(n > 0 for n in resumed), mirror.text()[-3000:]
 
 
 def test_a_group_fails_over_to_the_target_rereading_nothing_and_missing_nothing(broker_factory, mirrors):
@@ -369,3 +373,40 @@ def test_partitions_and_configs_added_on_the_source_appear_on_the_target(broker_
     source.cli("topic", "alter", topic, "--set", "retention.ms=7200000", "-b", source.bootstrap)
     wait_until(lambda: "7200000" in target.cli("topic", "describe", mirrored, "-b", target.bootstrap).stdout, 60,
                "the changed config on the target", mirror.text)
+
+
+def mirror_status(mirror: Mirror) -> dict:
+    port = int(re.search(r"mirror metrics on port (\d+)", mirror.text()).group(1))
+    return json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/status", timeout=10).read())
+
+
+def test_mirrors_of_one_name_share_the_partitions_and_take_over_a_dead_ones_share(broker_factory, mirrors):
+    source = broker_factory("per-core", 2)
+    target = broker_factory("per-core", 2)
+    topic = source.create_topic(unique_topic("shared"), partitions=6)
+    total = 24_000
+    writer = threading.Thread(target=produce, args=(source.bootstrap, topic, total, 1500.0))
+    writer.start()
+    flags = ("--source-alias", "east", "--topics", topic, "--name", "pair", "--metrics-port", "0")
+    first = mirrors(source, target, *flags)
+    second = mirrors(source, target, *flags)
+    log = lambda: first.text() + second.text()  # noqa: E731
+
+    def shares():
+        return [{row["partition"] for row in mirror_status(m)["partitions"]} for m in (first, second)]
+
+    def split() -> bool:
+        a, b = shares()
+        return len(a) == 3 and len(b) == 3 and a | b == set(range(6))
+    wait_until(split, 60, "the six partitions split between the two mirrors", log)
+    mirrored = f"east.{topic}"
+    wait_until(lambda: sum(end_offsets(target.bootstrap, mirrored, 6)) > total // 4, 60, "copying", log)
+    first.kill()
+    survivor = lambda: {row["partition"] for row in mirror_status(second)["partitions"]}  # noqa: E731
+    wait_until(lambda: survivor() == set(range(6)), 60, "the survivor taking over the dead mirror's share", log)
+    writer.join()
+    expected = read_all(source.bootstrap, topic, 6)
+    wait_until(lambda: sum(end_offsets(target.bootstrap, mirrored, 6)) >= total, 60, f"{total} records", log)
+    got = read_all(target.bootstrap, mirrored, 6)
+    for p in range(6):
+        assert got[p] == expected[p], f"partition {p}: {len(got[p])} records on the target, {len(expected[p])} on the source"
