@@ -75,12 +75,8 @@ enum MirrorCommand {
     /// Lag per partition (source end, newest offset sync, target end), throughput into the target over a
     /// second, and the newest checkpoint: read from the two clusters, so it sees any mirror, running or not.
     Status {
-        #[arg(long)]
-        source: String,
-        #[arg(long)]
-        target: String,
-        #[arg(long, default_value = "source")]
-        source_alias: String,
+        #[command(flatten)]
+        pair: shardlog::mirror::Pair,
     },
 }
 
@@ -174,12 +170,8 @@ enum GroupCommand {
     /// syncs on the target), exactly and never past what was copied; --apply commits them there.
     TranslateOffsets {
         group: String,
-        #[arg(long)]
-        source: String,
-        #[arg(long)]
-        target: String,
-        #[arg(long, default_value = "source")]
-        source_alias: String,
+        #[command(flatten)]
+        pair: shardlog::mirror::Pair,
         #[arg(long, value_enum, default_value_t = shardlog::mirror::policy::Rename::Prefix)]
         rename: shardlog::mirror::policy::Rename,
         /// Commit the translated offsets to the group on the target (it must have no active member there).
@@ -523,8 +515,8 @@ fn main() -> ExitCode {
         Command::Group { command } => group(command),
         Command::Cluster { command } => cluster(command),
         Command::Mirror(args) => match (args.command, args.run) {
-            (Some(MirrorCommand::Status { source, target, source_alias }), _) => {
-                shardlog::mirror::status(&source, &target, &source_alias).map(|text| print!("{text}"))
+            (Some(MirrorCommand::Status { pair }), _) => {
+                shardlog::mirror::status(&pair.source, &pair.target, &pair.source_alias).map(|text| print!("{text}"))
             }
             (None, Some(run)) => {
                 init_cli_logs();
@@ -783,15 +775,14 @@ fn group(command: GroupCommand) -> Result<(), String> {
                 println!("{topic}\t{partition}\t{offset}");
             }
         }
-        GroupCommand::TranslateOffsets { group, source, target, source_alias, rename, apply } => {
-            let translated =
-                shardlog::mirror::translate_offsets(&source, &target, &source_alias, rename, &group, apply)?;
+        GroupCommand::TranslateOffsets { group, pair, rename, apply } => {
+            let translated = shardlog::mirror::translate_offsets(&pair, rename, &group, apply)?;
             println!("{:<32} {:>9} {:>14} {:>14}", "TARGET TOPIC", "PARTITION", "SOURCE OFFSET", "TARGET OFFSET");
             for (topic, partition, upstream, downstream) in translated {
                 println!("{topic:<32} {partition:>9} {upstream:>14} {downstream:>14}");
             }
             if apply {
-                println!("committed to group {group} on {target}");
+                println!("committed to group {group} on {}", pair.target);
             }
         }
     }

@@ -236,33 +236,17 @@ impl GroupAdmin {
             }
         };
         let mut coordinator = self.coordinator(group_id)?;
-        let request = OffsetCommitRequest {
-            group_id: group_id.into(),
-            generation_id: -1,
-            member_id: String::new(),
-            group_instance_id: None,
-            retention_time_ms: -1,
-            topics: vec![OffsetCommitTopic {
-                name: topic.into(),
-                partitions: partitions
-                    .iter()
-                    .zip(&offsets)
-                    .map(|((_, partition), offset)| OffsetCommitPartition {
-                        partition_index: *partition,
-                        committed_offset: *offset,
-                        committed_leader_epoch: -1,
-                        committed_metadata: None,
-                    })
-                    .collect(),
-            }],
-        };
-        let reader = coordinator.request(ApiKey::OffsetCommit, 7, |w| request.encode(w, 7))?;
-        let answer = decode(reader, 7, OffsetCommitResponse::decode)?;
-        for topic in &answer.topics {
-            for p in &topic.partitions {
-                check(format!("commit {topic}-{}", p.partition_index, topic = topic.name), p.error)?;
-            }
-        }
+        let commits = partitions
+            .iter()
+            .zip(&offsets)
+            .map(|((_, partition), offset)| OffsetCommitPartition {
+                partition_index: *partition,
+                committed_offset: *offset,
+                committed_leader_epoch: -1,
+                committed_metadata: None,
+            })
+            .collect();
+        admin_commit(&mut coordinator, group_id, BTreeMap::from([(topic, commits)]))?;
         Ok(partitions.into_iter().map(|(_, p)| p).zip(offsets).collect())
     }
 
@@ -310,25 +294,7 @@ impl GroupAdmin {
             });
         }
         let mut coordinator = self.coordinator(group_id)?;
-        let request = OffsetCommitRequest {
-            group_id: group_id.into(),
-            generation_id: -1,
-            member_id: String::new(),
-            group_instance_id: None,
-            retention_time_ms: -1,
-            topics: topics
-                .into_iter()
-                .map(|(name, partitions)| OffsetCommitTopic { name: name.into(), partitions })
-                .collect(),
-        };
-        let reader = coordinator.request(ApiKey::OffsetCommit, 7, |w| request.encode(w, 7))?;
-        let answer = decode(reader, 7, OffsetCommitResponse::decode)?;
-        for topic in &answer.topics {
-            for p in &topic.partitions {
-                check(format!("commit {topic}-{}", p.partition_index, topic = topic.name), p.error)?;
-            }
-        }
-        Ok(())
+        admin_commit(&mut coordinator, group_id, topics)
     }
 
     /// Commits `offsets` (topic, partition, offset, leader epoch, metadata)
@@ -368,24 +334,35 @@ impl GroupAdmin {
         if count == 0 {
             return Ok(0);
         }
-        let request = OffsetCommitRequest {
-            group_id: group_id.into(),
-            generation_id: -1,
-            member_id: String::new(),
-            group_instance_id: None,
-            retention_time_ms: -1,
-            topics: topics
-                .into_iter()
-                .map(|(name, partitions)| OffsetCommitTopic { name: name.into(), partitions })
-                .collect(),
-        };
-        let reader = coordinator.request(ApiKey::OffsetCommit, 7, |w| request.encode(w, 7))?;
-        let answer = decode(reader, 7, OffsetCommitResponse::decode)?;
-        for topic in &answer.topics {
-            for p in &topic.partitions {
-                check(format!("commit {topic}-{}", p.partition_index, topic = topic.name), p.error)?;
-            }
-        }
+        admin_commit(&mut coordinator, group_id, topics)?;
         Ok(count)
     }
+}
+
+/// OffsetCommit as an admin (generation -1, no member): refused while the
+/// group has active members.
+fn admin_commit(
+    coordinator: &mut Connection,
+    group_id: &str,
+    topics: BTreeMap<&str, Vec<OffsetCommitPartition>>,
+) -> Result<(), GroupAdminError> {
+    let request = OffsetCommitRequest {
+        group_id: group_id.into(),
+        generation_id: -1,
+        member_id: String::new(),
+        group_instance_id: None,
+        retention_time_ms: -1,
+        topics: topics
+            .into_iter()
+            .map(|(name, partitions)| OffsetCommitTopic { name: name.into(), partitions })
+            .collect(),
+    };
+    let reader = coordinator.request(ApiKey::OffsetCommit, 7, |w| request.encode(w, 7))?;
+    let answer = decode(reader, 7, OffsetCommitResponse::decode)?;
+    for topic in &answer.topics {
+        for p in &topic.partitions {
+            check(format!("commit {topic}-{}", p.partition_index, topic = topic.name), p.error)?;
+        }
+    }
+    Ok(())
 }

@@ -27,6 +27,13 @@ pub enum ClientError {
     Unsupported(String),
 }
 
+/// A request on the wire, waiting for `Connection::read_response`.
+#[derive(Debug, Clone, Copy)]
+pub struct Sent {
+    correlation_id: i32,
+    flexible_header: bool,
+}
+
 /// One connection to one broker node.
 pub struct Connection {
     stream: TcpStream,
@@ -62,6 +69,18 @@ impl Connection {
         version: i16,
         encode: impl FnOnce(&mut Writer),
     ) -> Result<Reader, ClientError> {
+        let sent = self.send_request(api, version, encode)?;
+        self.read_response(sent)
+    }
+
+    /// Sends a request without waiting for its response (pipelining: read
+    /// the responses in the order the requests went, with `read_response`).
+    pub fn send_request(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        encode: impl FnOnce(&mut Writer),
+    ) -> Result<Sent, ClientError> {
         self.correlation_id += 1;
         let correlation_id = self.correlation_id;
         let flexible = api.range().is_some_and(|r| version >= r.flexible_from);
@@ -73,12 +92,17 @@ impl Connection {
         w.tagged_fields_v(flexible);
         encode(&mut w);
         self.send_frame(w.into_bytes())?;
+        Ok(Sent { correlation_id, flexible_header: flexible && api != ApiKey::ApiVersions })
+    }
+
+    /// The response to a request `send_request` sent (header consumed).
+    pub fn read_response(&mut self, sent: Sent) -> Result<Reader, ClientError> {
         let mut reader = Reader::new(self.read_frame()?);
         let got = reader.i32()?;
-        if got != correlation_id {
-            return Err(ClientError::Correlation { expected: correlation_id, got });
+        if got != sent.correlation_id {
+            return Err(ClientError::Correlation { expected: sent.correlation_id, got });
         }
-        if flexible && api != ApiKey::ApiVersions {
+        if sent.flexible_header {
             reader.tagged_fields()?;
         }
         Ok(reader)

@@ -518,11 +518,11 @@ impl Control {
                 for (topic, partition, offset, metadata) in committed {
                     let Some(p) = progress.get(&(topic.clone(), partition)) else { continue };
                     let Some(downstream) = p.mapping.translate(offset) else { continue };
-                    translated.push((topic, partition, offset, downstream, metadata, p.target_topic.clone()));
+                    translated.push((partition, offset, downstream, metadata, p.target_topic.clone()));
                 }
             }
             let mut commits = Vec::new();
-            for (topic, partition, upstream, downstream, metadata, target_topic) in &translated {
+            for (partition, upstream, downstream, metadata, target_topic) in &translated {
                 let key = (group.group_id.clone(), target_topic.clone(), *partition);
                 if self.checkpoints.get(&key) != Some(&(*upstream, *downstream)) {
                     let checkpoint = Checkpoint {
@@ -536,7 +536,6 @@ impl Control {
                     records.push((checkpoint.key(), checkpoint.value()));
                     self.checkpoints.insert(key, (*upstream, *downstream));
                 }
-                let _ = topic;
                 commits.push((target_topic.clone(), *partition, *downstream, metadata.clone()));
             }
             if self.args.sync_group_offsets && !commits.is_empty() {

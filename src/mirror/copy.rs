@@ -4,9 +4,10 @@
 //! producer, joined by a bounded channel, so fetching the next records
 //! overlaps producing the last.
 //!
-//! Each partition has one produce request in flight at a time and its own
-//! producer id, so a retried batch keeps its sequence number and the target
-//! drops it when the first try had landed (NOT_LEADER, timeouts, lost
+//! Each partition has its own producer id and up to `PIPELINE_DEPTH`
+//! batches in flight, in pipelined requests; after a failed one, the
+//! partition sends again from it with the same sequence numbers, so the
+//! target drops a batch whose first try had landed (NOT_LEADER, timeouts, lost
 //! connections, NOT_ENOUGH_REPLICAS_AFTER_APPEND: no duplicates, no gaps).
 //! Where the target no longer knows the producer (OUT_OF_ORDER_SEQUENCE,
 //! UNKNOWN_PRODUCER_ID after its own failover lost the state), the
@@ -36,6 +37,9 @@ const PARTITION_FETCH_BYTES: i32 = 1 << 20;
 /// Prepared bytes a producer holds before it stops taking chunks.
 const QUEUED_BYTES_MAX: usize = 64 << 20;
 const METADATA_REFRESH: Duration = Duration::from_secs(10);
+/// Produce requests in flight per target node in a round, so batches per
+/// partition at once: an idempotent producer may have up to 5.
+const PIPELINE_DEPTH: usize = 4;
 
 #[derive(Debug, Clone)]
 pub struct Assignment {
@@ -283,6 +287,23 @@ struct Producing {
     failures: u32,
 }
 
+impl Producing {
+    /// A partition's first chunk of a generation: a new producer id comes
+    /// with it (sequences start over).
+    fn new(chunk: &Chunk) -> Self {
+        Self {
+            target_topic: chunk.target_topic.clone(),
+            generation: chunk.generation,
+            parked: false,
+            producer: None,
+            next_sequence: 0,
+            queue: VecDeque::new(),
+            retry_at: None,
+            failures: 0,
+        }
+    }
+}
+
 /// The producer thread of one worker.
 pub fn producer(mut target: Link, chunks: Receiver<Chunk>, control: Sender<ToControl>, shared: Arc<Shared>) {
     let mut partitions: HashMap<Key, Producing> = HashMap::new();
@@ -309,30 +330,12 @@ pub fn producer(mut target: Link, chunks: Receiver<Chunk>, control: Sender<ToCon
             }
         }
         for chunk in incoming {
-            let state = partitions.entry(chunk.key.clone()).or_insert_with(|| Producing {
-                target_topic: chunk.target_topic.clone(),
-                generation: chunk.generation,
-                parked: false,
-                producer: None,
-                next_sequence: 0,
-                queue: VecDeque::new(),
-                retry_at: None,
-                failures: 0,
-            });
+            let state = partitions.entry(chunk.key.clone()).or_insert_with(|| Producing::new(&chunk));
             if chunk.generation < state.generation || (chunk.generation == state.generation && state.parked) {
                 continue;
             }
             if chunk.generation > state.generation {
-                *state = Producing {
-                    target_topic: chunk.target_topic.clone(),
-                    generation: chunk.generation,
-                    parked: false,
-                    producer: None,
-                    next_sequence: 0,
-                    queue: VecDeque::new(),
-                    retry_at: None,
-                    failures: 0,
-                };
+                *state = Producing::new(&chunk);
             }
             state.queue.extend(chunk.batches);
         }
@@ -359,8 +362,9 @@ fn drop_taken_back(partitions: &mut HashMap<Key, Producing>, shared: &Shared) {
     partitions.retain(|key, state| progress.get(key).is_some_and(|p| p.generation == state.generation));
 }
 
-/// Sends the head batch of every ready partition, one request per target
-/// node, and handles the answers.
+/// Sends the first batches of every ready partition, one set of pipelined
+/// requests per target node (request i holds each partition's i-th
+/// batch), and handles the answers in order.
 fn produce_round(
     target: &mut Link,
     partitions: &mut HashMap<Key, Producing>,
@@ -402,58 +406,80 @@ fn produce_round(
         return;
     }
     for (node, keys) in by_node {
-        let mut batches = Vec::with_capacity(keys.len());
+        // requests[i]: the i-th queued batch of each partition, stamped with
+        // the sequence it has whatever happens to the ones before it.
+        let mut requests: Vec<Vec<(String, i32, bytes::Bytes)>> = Vec::new();
+        let mut sent: Vec<(Key, usize)> = Vec::with_capacity(keys.len());
         for key in &keys {
             let state = partitions.get_mut(key).expect("listed above");
             let (producer_id, producer_epoch) = state.producer.expect("set above");
-            let fields = ProducerFields { producer_id, producer_epoch, base_sequence: state.next_sequence };
-            let bytes = state.queue.front_mut().expect("not empty").stamped(fields);
-            batches.push((state.target_topic.clone(), key.1, bytes));
-        }
-        let answer = target.produce(node, batches);
-        let answer = match answer {
-            Ok(answer) => answer,
-            Err(err) => {
-                for key in &keys {
-                    let state = partitions.get_mut(key).expect("listed above");
-                    target.forget(&state.target_topic.clone());
-                    backoff(state, &format!("produce: {err}"));
+            let mut sequence = state.next_sequence;
+            let depth = state.queue.len().min(PIPELINE_DEPTH);
+            for (i, batch) in state.queue.iter_mut().take(depth).enumerate() {
+                let fields = ProducerFields { producer_id, producer_epoch, base_sequence: sequence };
+                sequence = sequence.wrapping_add(batch.records);
+                if requests.len() == i {
+                    requests.push(Vec::new());
                 }
-                continue;
+                requests[i].push((state.target_topic.clone(), key.1, batch.stamped(fields)));
             }
-        };
-        let mut answered: HashMap<(String, i32), (ErrorCode, i64)> = HashMap::new();
-        for topic in &answer.topics {
-            for p in &topic.partitions {
-                answered.insert((topic.name.clone(), p.index), (p.error, p.base_offset));
-            }
+            sent.push((key.clone(), depth));
         }
-        for key in keys {
+        let answers = target.produce_pipelined(node, requests);
+        let mut results: Vec<HashMap<(String, i32), (ErrorCode, i64)>> = Vec::with_capacity(answers.len());
+        let mut failure: Option<String> = None;
+        for answer in answers {
+            let mut found = HashMap::new();
+            match answer {
+                Ok(answer) => {
+                    for topic in &answer.topics {
+                        for p in &topic.partitions {
+                            found.insert((topic.name.clone(), p.index), (p.error, p.base_offset));
+                        }
+                    }
+                }
+                Err(err) => failure = failure.or(Some(err.to_string())),
+            }
+            results.push(found);
+        }
+        for (key, depth) in sent {
             let state = partitions.get_mut(&key).expect("listed above");
-            let found = answered.get(&(state.target_topic.clone(), key.1)).copied();
-            match found {
-                Some((ErrorCode::None, base_offset)) => acknowledged(&key, state, base_offset, shared),
-                Some((
-                    code @ (ErrorCode::OutOfOrderSequenceNumber
-                    | ErrorCode::UnknownProducerId
-                    | ErrorCode::InvalidProducerEpoch
-                    | ErrorCode::DuplicateSequenceNumber),
-                    _,
-                )) => {
-                    state.parked = true;
-                    state.queue.clear();
-                    let _ = control.send(ToControl::Resync {
-                        key: key.clone(),
-                        generation: state.generation,
-                        reason: format!("target answered {code:?}"),
-                    });
+            for found in results.iter().take(depth) {
+                let answer = found.get(&(state.target_topic.clone(), key.1)).copied();
+                match answer {
+                    Some((ErrorCode::None, base_offset)) => acknowledged(&key, state, base_offset, shared),
+                    Some((
+                        code @ (ErrorCode::OutOfOrderSequenceNumber
+                        | ErrorCode::UnknownProducerId
+                        | ErrorCode::InvalidProducerEpoch
+                        | ErrorCode::DuplicateSequenceNumber),
+                        _,
+                    )) => {
+                        // Only the first unacknowledged batch of the round
+                        // gets here: later ones stop at the first failure.
+                        state.parked = true;
+                        state.queue.clear();
+                        let _ = control.send(ToControl::Resync {
+                            key: key.clone(),
+                            generation: state.generation,
+                            reason: format!("target answered {code:?}"),
+                        });
+                        break;
+                    }
+                    Some((code, _)) => {
+                        let topic = state.target_topic.clone();
+                        target.forget(&topic);
+                        backoff(state, &format!("produce to {topic}-{}: {code:?}", key.1));
+                        break;
+                    }
+                    None => {
+                        let topic = state.target_topic.clone();
+                        target.forget(&topic);
+                        let why = failure.clone().unwrap_or_else(|| "no answer for the partition".into());
+                        backoff(state, &format!("produce: {why}"));
+                        break;
+                    }
                 }
-                Some((code, _)) => {
-                    let topic = state.target_topic.clone();
-                    target.forget(&topic);
-                    backoff(state, &format!("produce to {topic}-{}: {code:?}", key.1));
-                }
-                None => backoff(state, "produce: no answer for the partition"),
             }
         }
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::client::{decode, ClientError, Connection};
-use crate::protocol::fetch::{FetchPartition, FetchRequest, FetchResponse, FetchTopic};
+use crate::protocol::fetch::{FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopic};
 use crate::protocol::init_producer_id::{InitProducerIdRequest, InitProducerIdResponse};
 use crate::protocol::list_offsets::{ListOffsetsPartition, ListOffsetsRequest, ListOffsetsResponse, ListOffsetsTopic};
 use crate::protocol::metadata::{MetadataRequest, MetadataResponse};
@@ -193,18 +193,76 @@ impl Link {
         self.call(node, ApiKey::Fetch, FETCH, |w| request.encode(w, FETCH), FetchResponse::decode)
     }
 
+    /// One partition's records from `offset` (up to 4 MiB, no waiting),
+    /// from its leader; a partition error is an error.
+    pub fn fetch_partition(&mut self, topic: &str, partition: i32, offset: i64) -> LinkResult<FetchPartitionResponse> {
+        let leader = self.leader_or_refresh(topic, partition)?;
+        let answer = self.fetch(leader, &[(topic.to_string(), partition, offset)], 0, 4 << 20)?;
+        let p = answer
+            .topics
+            .into_iter()
+            .flat_map(|t| t.partitions)
+            .next()
+            .ok_or_else(|| LinkError::Other(format!("fetch {topic}-{partition}: empty answer")))?;
+        if !p.error.is_ok() {
+            self.forget(topic);
+            return Err(LinkError::Kafka { what: format!("fetch {topic}-{partition} at {offset}"), code: p.error });
+        }
+        Ok(p)
+    }
+
     /// One produce request (acks=all) to `node`: one batch per partition.
     pub fn produce(&mut self, node: i32, batches: Vec<(String, i32, Bytes)>) -> LinkResult<ProduceResponse> {
-        let mut topics: Vec<ProduceTopic> = Vec::new();
-        for (topic, index, bytes) in batches {
-            let partition = ProducePartition { index, records: Some(bytes) };
-            match topics.iter_mut().find(|t| t.name == topic) {
-                Some(t) => t.partitions.push(partition),
-                None => topics.push(ProduceTopic { name: topic, partitions: vec![partition] }),
+        let request = produce_request(batches);
+        self.call(node, ApiKey::Produce, PRODUCE, |w| request.encode(w), ProduceResponse::decode)
+    }
+
+    /// Several produce requests (acks=all) to `node`, sent back to back
+    /// before the first answer is read; answers in request order. After a
+    /// connection failure the rest are errors too.
+    pub fn produce_pipelined(
+        &mut self,
+        node: i32,
+        requests: Vec<Vec<(String, i32, Bytes)>>,
+    ) -> Vec<LinkResult<ProduceResponse>> {
+        let count = requests.len();
+        let failed = |why: &str| (0..count).map(|_| Err(LinkError::Other(why.to_string()))).collect::<Vec<_>>();
+        if !self.connections.contains_key(&node) {
+            let Some(address) = self.nodes.get(&node).cloned() else {
+                return failed(&format!("node {node} is not in the metadata"));
+            };
+            match Connection::connect(address.as_str(), CONNECT_TIMEOUT) {
+                Ok(mut connection) => {
+                    connection.set_client_id(&self.client_id);
+                    self.connections.insert(node, connection);
+                }
+                Err(err) => return failed(&err.to_string()),
             }
         }
-        let request = ProduceRequest { transactional_id: None, acks: -1, timeout_ms: 30_000, topics };
-        self.call(node, ApiKey::Produce, PRODUCE, |w| request.encode(w), ProduceResponse::decode)
+        let connection = self.connections.get_mut(&node).expect("inserted above");
+        let mut sent = Vec::with_capacity(count);
+        for batches in requests {
+            let request = produce_request(batches);
+            match connection.send_request(ApiKey::Produce, PRODUCE, |w| request.encode(w)) {
+                Ok(s) => sent.push(s),
+                Err(_) => break,
+            }
+        }
+        let mut out = Vec::with_capacity(count);
+        let mut broken = sent.len() < count;
+        for s in sent {
+            let answer =
+                connection.read_response(s).and_then(|reader| decode(reader, PRODUCE, ProduceResponse::decode));
+            broken |= answer.is_err();
+            out.push(answer.map_err(LinkError::Client));
+        }
+        while out.len() < count {
+            out.push(Err(LinkError::Other(format!("node {node}: connection lost"))));
+        }
+        if broken {
+            self.connections.remove(&node);
+        }
+        out
     }
 
     /// A new idempotent producer id and epoch.
@@ -313,13 +371,7 @@ impl Link {
         let mut offset = from.max(self.list_offset(topic, partition, -2)?);
         let mut out = Vec::new();
         while offset < end {
-            let leader = self.leader_or_refresh(topic, partition)?;
-            let answer = self.fetch(leader, &[(topic.to_string(), partition, offset)], 0, 4 << 20)?;
-            let Some(p) = answer.topics.iter().flat_map(|t| &t.partitions).next() else { break };
-            if !p.error.is_ok() {
-                self.forget(topic);
-                return Err(LinkError::Kafka { what: format!("fetch {topic}-{partition}"), code: p.error });
-            }
+            let p = self.fetch_partition(topic, partition, offset)?;
             let before = offset;
             for batch in &p.records {
                 let Ok(header) = record_batch::BatchHeader::parse(batch, usize::MAX) else { break };
@@ -344,6 +396,19 @@ impl Link {
         }
         Ok(out)
     }
+}
+
+/// A produce request (acks=all, 30 s) of one batch per partition.
+fn produce_request(batches: Vec<(String, i32, Bytes)>) -> ProduceRequest {
+    let mut topics: Vec<ProduceTopic> = Vec::new();
+    for (topic, index, bytes) in batches {
+        let partition = ProducePartition { index, records: Some(bytes) };
+        match topics.iter_mut().find(|t| t.name == topic) {
+            Some(t) => t.partitions.push(partition),
+            None => topics.push(ProduceTopic { name: topic, partitions: vec![partition] }),
+        }
+    }
+    ProduceRequest { transactional_id: None, acks: -1, timeout_ms: 30_000, topics }
 }
 
 pub fn now_ms() -> i64 {

@@ -110,6 +110,21 @@ impl RunArgs {
     }
 }
 
+/// A source and a target cluster, and the source's alias (what `mirror
+/// status` and `group translate-offsets` read).
+#[derive(Args, Debug, Clone)]
+pub struct Pair {
+    /// The source cluster, host:port[,host:port...].
+    #[arg(long)]
+    pub source: String,
+    /// The target cluster, host:port[,host:port...].
+    #[arg(long)]
+    pub target: String,
+    /// The mirror's --source-alias.
+    #[arg(long, default_value = "source")]
+    pub source_alias: String,
+}
+
 /// Runs the mirror until SIGINT or SIGTERM.
 pub fn run(args: RunArgs) -> Result<(), String> {
     let policy = Policy::new(args.rename, &args.source_alias, &args.target_alias, &args.topics, &args.groups)
@@ -282,14 +297,13 @@ pub fn status(source: &str, target: &str, source_alias: &str) -> Result<String, 
 /// exactly (never ahead of what was copied); with `apply`, committed to the
 /// group on the target (which must have no active member there).
 pub fn translate_offsets(
-    source: &str,
-    target: &str,
-    source_alias: &str,
+    pair: &Pair,
     rename: Rename,
     group: &str,
     apply: bool,
 ) -> Result<Vec<(String, i32, i64, i64)>, String> {
-    let policy = Policy::new(rename, source_alias, "", ".*", ".*").map_err(|e| e.to_string())?;
+    let (source, target) = (pair.source.as_str(), pair.target.as_str());
+    let policy = Policy::new(rename, &pair.source_alias, "", ".*", ".*").map_err(|e| e.to_string())?;
     let mut source_link = Link::new(source, "shardlog-translate");
     let mut target_link = Link::new(target, "shardlog-translate");
     let mut syncs: BTreeMap<(String, i32), (i64, i64)> = BTreeMap::new();

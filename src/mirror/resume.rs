@@ -34,13 +34,7 @@ pub fn count_after(target: &mut Link, topic: &str, partition: i32, after: i64, e
     let mut offset = (after + 1).max(target.list_offset(topic, partition, -2)?);
     let mut count = 0;
     while offset < end {
-        let leader = target.leader_or_refresh(topic, partition)?;
-        let answer = target.fetch(leader, &[(topic.to_string(), partition, offset)], 0, 4 << 20)?;
-        let p = answer.topics.iter().flat_map(|t| &t.partitions).next().ok_or_else(|| empty(topic))?;
-        if !p.error.is_ok() {
-            target.forget(topic);
-            return Err(LinkError::Kafka { what: format!("fetch {topic}-{partition}"), code: p.error });
-        }
+        let p = target.fetch_partition(topic, partition, offset)?;
         let before = offset;
         for batch in &p.records {
             let Ok(header) = BatchHeader::parse(batch, usize::MAX) else { break };
@@ -67,13 +61,7 @@ pub fn skip_source(source: &mut Link, topic: &str, partition: i32, from: i64, co
     let mut remaining = count;
     let mut offset = from;
     while remaining > 0 {
-        let leader = source.leader_or_refresh(topic, partition)?;
-        let answer = source.fetch(leader, &[(topic.to_string(), partition, offset)], 0, 4 << 20)?;
-        let p = answer.topics.iter().flat_map(|t| &t.partitions).next().ok_or_else(|| empty(topic))?;
-        if !p.error.is_ok() {
-            source.forget(topic);
-            return Err(LinkError::Kafka { what: format!("fetch {topic}-{partition} at {offset}"), code: p.error });
-        }
+        let p = source.fetch_partition(topic, partition, offset)?;
         let (selected, next) = select(&p.records, offset, &p.aborted_transactions);
         for batch in &selected {
             let records = records_from(&batch.bytes, &batch.header, batch.from)?;
@@ -135,10 +123,6 @@ fn records_from(batch: &[u8], header: &BatchHeader, from: i64) -> LinkResult<i64
     Ok(count)
 }
 
-fn empty(topic: &str) -> LinkError {
-    LinkError::Other(format!("fetch {topic}: empty answer"))
-}
-
 /// Where copying a partition starts: (first source offset, the target
 /// offset it will get). `sync` is the newest offset sync for the partition.
 /// Without one, the target partition must be empty (the mirror writes no
@@ -198,13 +182,7 @@ fn count_source(source: &mut Link, (topic, partition): (&str, i32), from: i64, u
     let mut between = 0;
     let mut offset = from.max(source.list_offset(topic, partition, -2)?);
     while offset < until {
-        let leader = source.leader_or_refresh(topic, partition)?;
-        let answer = source.fetch(leader, &[(topic.to_string(), partition, offset)], 0, 4 << 20)?;
-        let p = answer.topics.iter().flat_map(|t| &t.partitions).next().ok_or_else(|| empty(topic))?;
-        if !p.error.is_ok() {
-            source.forget(topic);
-            return Err(LinkError::Kafka { what: format!("fetch {topic}-{partition}"), code: p.error });
-        }
+        let p = source.fetch_partition(topic, partition, offset)?;
         let (selected, next) = select(&p.records, offset, &p.aborted_transactions);
         for batch in &selected {
             if batch.header.base_offset >= until {
