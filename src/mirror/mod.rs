@@ -76,7 +76,7 @@ pub struct RunArgs {
     pub target_alias: String,
     /// This mirror's name [default: shardlog-mirror-<source-alias>-<target-alias>]: its Kafka client id,
     /// and its group on the target: mirrors of one name share the partitions, and take over a dead one's
-    /// share (after its 10 s session).
+    /// share (after its 6 s session).
     #[arg(long)]
     pub name: Option<String>,
     /// This process's static identity in the mirror group (Kafka's group.instance.id, KIP-345): a mirror
