@@ -387,9 +387,19 @@ fn an_isolated_partition_leader_acknowledges_no_acks_all_write_and_its_divergent
         net.wait_ready(machine);
     }
     let configs = [("min.insync.replicas".to_string(), "2".to_string())].into();
-    let created = Admin::connect(&net.bootstrap(1))
-        .and_then(|mut a| a.create_topic_replicated("rep", 1, 3, &configs))
-        .expect("create");
+    // A fresh host link may refuse the first connections for a moment
+    // (EADDRNOTAVAIL seen once in CI): retry the connection, not the claim.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let created = loop {
+        match Admin::connect(&net.bootstrap(1)).and_then(|mut a| a.create_topic_replicated("rep", 1, 3, &configs)) {
+            Ok(created) => break created,
+            Err(err) if Instant::now() < deadline => {
+                eprintln!("create: {err}; retrying");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(err) => panic!("create: {err:?}"),
+        }
+    };
     assert!(created.error.is_ok(), "{created:?}");
     let deadline = Instant::now() + Duration::from_secs(20);
     let (leader_node, _) = loop {
