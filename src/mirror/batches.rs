@@ -222,9 +222,9 @@ fn rebuild(run: &[&Selected]) -> Result<Prepared, BatchError> {
     for (index, (timestamp, tail)) in records.iter().enumerate() {
         let mut head = BytesMut::with_capacity(24);
         head.put_u8(0);
-        put_varint(&mut head, timestamp - base_timestamp);
-        put_varint(&mut head, index as i64);
-        put_varint(&mut out, (head.len() + tail.len()) as i64);
+        record_batch::put_varlong(&mut head, timestamp - base_timestamp);
+        record_batch::put_varlong(&mut head, index as i64);
+        record_batch::put_varlong(&mut out, (head.len() + tail.len()) as i64);
         out.put_slice(&head);
         out.put_slice(tail);
     }
@@ -253,15 +253,6 @@ fn rebuild(run: &[&Selected]) -> Result<Prepared, BatchError> {
         max_timestamp,
         source_bytes,
     })
-}
-
-fn put_varint(out: &mut BytesMut, v: i64) {
-    let mut z = ((v << 1) ^ (v >> 63)) as u64;
-    while z >= 0x80 {
-        out.put_u8((z as u8) | 0x80);
-        z >>= 7;
-    }
-    out.put_u8(z as u8);
 }
 
 #[cfg(test)]

@@ -567,7 +567,8 @@ fn take_field<'a>(rec: &mut &'a [u8]) -> Result<Option<&'a [u8]>, BatchError> {
     Ok(Some(field))
 }
 
-fn put_varlong(buf: &mut BytesMut, v: i64) {
+/// Writes a zig-zag varint (record fields).
+pub fn put_varlong(buf: &mut BytesMut, v: i64) {
     let mut z = ((v << 1) ^ (v >> 63)) as u64;
     while z >= 0x80 {
         buf.put_u8((z as u8) | 0x80);
