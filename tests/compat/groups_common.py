@@ -64,7 +64,8 @@ class Member:
 
     def __init__(self, client: str, bootstrap: str, group: str, topics: Sequence[str], name: str,
                  log_dir: Path, session_timeout_ms: int = SESSION_TIMEOUT_MS,
-                 heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS, rack: Optional[str] = None):
+                 heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS, rack: Optional[str] = None,
+                 kafkajs_retries: Optional[int] = None):
         self.client = client
         self.name = name
         self.group = group
@@ -73,6 +74,8 @@ class Member:
                     client_id=f"{client}-{name}")
         if rack is not None:
             spec["rack_id"] = rack
+        if kafkajs_retries is not None:
+            spec["retries"] = kafkajs_retries
         if client == "kafkajs":
             cmd = [NODE, str(JS_CONSUMER), json.dumps(spec)]
             cwd = JS_DIR
@@ -328,7 +331,9 @@ def wait_all_consumed(members: Sequence[Member], produced: Dict[Tuple[str, int, 
                 by_part.setdefault(p, []).append(o)
             summary = {p: (len(os_), min(os_), max(os_)) for p, os_ in sorted(by_part.items())}
             state = "\n".join(f"  {m.describe()}: alive={m.alive()} assigned="
-                              f"{sorted(p for _, p in m.assigned)} records={len(m.records)}" for m in members)
+                              f"{sorted(p for _, p in m.assigned)} records={len(m.records)} "
+                              f"commit_errors={len(m.commit_errors)} {m.commit_errors[-3:]} errors={m.errors[-3:]}"
+                              for m in members)
             printed = printed_union(members)
             uncommitted = sorted(k for k in missing if k in printed)
             raise AssertionError(f"{len(missing)} of {len(produced)} produced records never consumed {what} "

@@ -4,7 +4,8 @@
 //
 //   node groups.js SPEC_JSON
 //     SPEC: {bootstrap: "host:port[,..]", group, topics: [..],
-//            session_timeout_ms?, heartbeat_interval_ms?, client_id?, rack_id?}
+//            session_timeout_ms?, heartbeat_interval_ms?, client_id?, rack_id?,
+//            retries? (the consumer's retry count, 30 by default)}
 //
 // Subscribes (fromBeginning, kafkajs' default round-robin assigner, which is
 // eager), processes each fetched batch by printing its records, then commits
@@ -44,11 +45,17 @@ async function main() {
   const kafka = new Kafka({
     clientId: spec.client_id || 'groups-consumer-js',
     brokers: spec.bootstrap.split(','),
-    logLevel: logLevel.WARN,
+    // GROUPS_JS_DEBUG=1 logs every request and retry (to stderr, which the
+    // tests keep next to the member's name).
+    logLevel: process.env.GROUPS_JS_DEBUG ? logLevel.DEBUG : logLevel.WARN,
+    logCreator: () => ({ namespace, label, log }) => {
+      process.stderr.write(JSON.stringify(Object.assign({ level: label, ns: namespace }, log)) + '\n');
+    },
     connectionTimeout: 3000,
     requestTimeout: 30000,
     retry: { retries: 30, initialRetryTime: 100, maxRetryTime: 1000 },
   });
+  const retries = spec.retries === undefined ? 30 : spec.retries;
   const sessionTimeout = spec.session_timeout_ms || 6000;
   const consumer = kafka.consumer({
     groupId: spec.group,
@@ -59,7 +66,9 @@ async function main() {
     rackId: spec.rack_id,
     // The fetch loop is where kafkajs heartbeats and notices rebalances.
     maxWaitTimeInMs: 200,
-    retry: { retries: 30, initialRetryTime: 100, maxRetryTime: 1000 },
+    // How long a failing step is retried before the consumer restarts
+    // (crash with restart: true, which finds the coordinator again).
+    retry: { retries, initialRetryTime: 100, maxRetryTime: 1000 },
   });
   let current = [];
   consumer.on(consumer.events.GROUP_JOIN, (e) => {
