@@ -33,5 +33,6 @@ pub mod mirror;
 pub mod net;
 pub mod protocol;
 pub mod replica;
+pub mod security;
 pub mod server;
 pub mod shard;

@@ -229,6 +229,19 @@ struct ServeArgs {
     /// This machine's rack (broker.rack): placement spreads a topic over racks.
     #[arg(long, env = "SHARDLOG_RACK")]
     rack: Option<String>,
+    /// SASL mechanisms the Kafka ports require, from PLAIN, SCRAM-SHA-256 and
+    /// SCRAM-SHA-512 (comma-separated): a client authenticates before any
+    /// request but ApiVersions. Users are SCRAM credentials in the cluster's
+    /// metadata; PLAIN checks its password against them [default: none, no
+    /// authentication].
+    #[arg(long, env = "SHARDLOG_SASL_MECHANISMS", value_name = "LIST")]
+    sasl_mechanisms: Option<String>,
+    /// NAME:PASSWORD of a user created at start when the cluster has no user
+    /// of that name (SCRAM-SHA-256 and -512 credentials), so a new cluster
+    /// has a first administrator. Prefer the environment variable to keep
+    /// the password out of the process list.
+    #[arg(long, env = "SHARDLOG_BOOTSTRAP_USER", value_name = "NAME:PASSWORD", hide_env_values = true)]
+    bootstrap_user: Option<String>,
     /// UDP port of this machine's SWIM gossip, on --host: machines spread who
     /// is alive, and the controller fences a machine gossip declares down
     /// without waiting out its lease [default: no gossip].
@@ -397,6 +410,12 @@ impl ServeArgs {
         }
         if self.rack.is_some() {
             config.rack = self.rack;
+        }
+        if let Some(mechanisms) = self.sasl_mechanisms {
+            config.sasl_mechanisms = mechanisms;
+        }
+        if self.bootstrap_user.is_some() {
+            config.bootstrap_user = self.bootstrap_user;
         }
         if self.gossip_port.is_some() {
             config.gossip_port = self.gossip_port;

@@ -136,6 +136,9 @@ pub struct CoreCounters {
     pub isr_changes: u64,
     /// Bytes this core's followers copied from their leaders.
     pub follower_fetched_bytes: u64,
+    /// SASL authentications that succeeded and that failed.
+    pub sasl_authenticated: u64,
+    pub sasl_failed: u64,
 }
 
 /// Fetch requests by how they used fetch sessions.
@@ -170,6 +173,8 @@ impl Default for CoreCounters {
             fetches: FetchKinds::default(),
             isr_changes: 0,
             follower_fetched_bytes: 0,
+            sasl_authenticated: 0,
+            sasl_failed: 0,
         }
     }
 }
@@ -244,6 +249,16 @@ impl Drop for ConnectionGauge {
     fn drop(&mut self) {
         with(|c| c.connections_open = c.connections_open.saturating_sub(1));
     }
+}
+
+/// A connection authenticated (SASL).
+pub fn sasl_authenticated() {
+    with(|c| c.sasl_authenticated += 1);
+}
+
+/// A SASL handshake or authentication refused (the connection closes).
+pub fn sasl_failed() {
+    with(|c| c.sasl_failed += 1);
 }
 
 pub fn record_connection_refused(reason: &'static str) {
@@ -628,6 +643,12 @@ impl Exposition {
                 .map(|(reason, count)| (vec![("core", s.core.to_string()), ("reason", reason.to_string())], *count))
         });
         counter(out, "shardlog_connections_refused", "Connections closed at once by a connection limit.", refused)?;
+        let sasl = self.snapshots.iter().flat_map(|s| {
+            let core = s.core.to_string();
+            [("ok", s.counters.sasl_authenticated), ("failed", s.counters.sasl_failed)]
+                .map(|(result, count)| (vec![("core", core.clone()), ("result", result.to_string())], count))
+        });
+        counter(out, "shardlog_sasl_authentications", "SASL authentications, by core and result.", sasl)?;
         gauge(
             out,
             "shardlog_fetch_sessions",
@@ -939,6 +960,8 @@ fn api_name(slot: usize) -> Option<&'static str> {
         ApiKey::DescribeCluster => "DescribeCluster",
         ApiKey::DescribeQuorum => "DescribeQuorum",
         ApiKey::UnregisterBroker => "UnregisterBroker",
+        ApiKey::SaslHandshake => "SaslHandshake",
+        ApiKey::SaslAuthenticate => "SaslAuthenticate",
     })
 }
 

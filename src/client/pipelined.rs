@@ -50,11 +50,21 @@ pub struct ConnectionOptions {
     pub in_flight: usize,
     pub client_id: String,
     pub connect_timeout: Duration,
+    /// Authenticate with SASL first (SaslHandshake v1, SaslAuthenticate v1).
+    pub sasl: Option<SaslLogin>,
+}
+
+/// A SASL mechanism and the user to log in as.
+#[derive(Debug, Clone)]
+pub struct SaslLogin {
+    pub mechanism: crate::security::Mechanism,
+    pub user: String,
+    pub password: String,
 }
 
 impl Default for ConnectionOptions {
     fn default() -> Self {
-        Self { in_flight: 5, client_id: "shardlog-bench".into(), connect_timeout: Duration::from_secs(10) }
+        Self { in_flight: 5, client_id: "shardlog-bench".into(), connect_timeout: Duration::from_secs(10), sasl: None }
     }
 }
 
@@ -146,7 +156,65 @@ impl Connection {
         let reader = futures_lite::io::BufReader::with_capacity(256 * 1024, reader);
         let read_task = glommio::spawn_local(read_loop(shared.clone(), reader));
         let write_task = glommio::spawn_local(write_loop(shared.clone(), writer, socket));
-        Ok(Self { shared, _reader: read_task, _writer: write_task })
+        let connection = Self { shared, _reader: read_task, _writer: write_task };
+        if let Some(login) = &options.sasl {
+            connection.authenticate(login).await?;
+        }
+        Ok(connection)
+    }
+
+    /// Logs in: the handshake, then the mechanism's tokens.
+    async fn authenticate(&self, login: &SaslLogin) -> Result<(), ClientError> {
+        use crate::protocol::sasl::*;
+        use crate::security::scram::ScramClient;
+        use crate::security::Mechanism;
+        let refused = |what: &str, error: ErrorCode, message: Option<String>| {
+            ClientError::Closed(format!(
+                "{}: SASL {what} refused: {error:?} {}",
+                self.address(),
+                message.unwrap_or_default()
+            ))
+        };
+        let name = login.mechanism.name().to_string();
+        let handshake = self
+            .call(
+                ApiKey::SaslHandshake,
+                1,
+                |w| SaslHandshakeRequest { mechanism: name }.encode(w, 1),
+                SaslHandshakeResponse::decode,
+            )
+            .await?;
+        if !handshake.error.is_ok() {
+            let enabled = Some(format!("(enabled: {})", handshake.mechanisms.join(", ")));
+            return Err(refused("handshake", handshake.error, enabled));
+        }
+        let exchange = |token: Vec<u8>| async move {
+            let answer = self
+                .call(
+                    ApiKey::SaslAuthenticate,
+                    1,
+                    |w| SaslAuthenticateRequest { auth_bytes: token.into() }.encode(w, 1),
+                    SaslAuthenticateResponse::decode,
+                )
+                .await?;
+            if !answer.error.is_ok() {
+                return Err(refused("authentication", answer.error, answer.error_message));
+            }
+            Ok(answer.auth_bytes)
+        };
+        match login.mechanism {
+            Mechanism::Plain => {
+                exchange(format!("\0{}\0{}", login.user, login.password).into_bytes()).await?;
+            }
+            Mechanism::Scram(hash) => {
+                let mut client = ScramClient::new(hash, &login.user, &login.password);
+                let server_first = exchange(client.first()).await?;
+                let last = client.answer(&server_first).map_err(|e| ClientError::Closed(e.to_string()))?;
+                let server_final = exchange(last).await?;
+                client.verify(&server_final).map_err(|e| ClientError::Closed(e.to_string()))?;
+            }
+        }
+        Ok(())
     }
 
     pub fn address(&self) -> &str {

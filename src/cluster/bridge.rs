@@ -16,7 +16,7 @@ use super::controller::{ItemResult, NewTopic, PartitionGrowth};
 use super::ids::MachineId;
 use super::image::ClusterImage;
 use super::metadata::{MetadataImage, NodeId, NodeInfo, PartitionInfo, PersistedMetadata, ShardId, TopicInfo};
-use super::records::{ConfigResource, MetadataRecord, PartitionRecord};
+use super::records::{ConfigResource, MetadataRecord, PartitionRecord, StoredScram};
 use super::service::{ControllerHandle, SubmitError};
 use crate::config::ServeConfig;
 use crate::protocol::ErrorCode;
@@ -130,6 +130,8 @@ pub struct Registration {
     pub endpoints: Vec<(String, i32)>,
     pub first_node_id: i32,
     pub rack: Option<String>,
+    /// `--bootstrap-user`: made if the cluster has no user of that name.
+    pub bootstrap_user: Option<(String, String)>,
 }
 
 /// Starts this machine's metadata, on the start-up thread: creates the
@@ -172,18 +174,25 @@ pub fn bootstrap(
     let incarnation = crate::log::now_ms() ^ (u64::from(std::process::id()) << 40);
     let machine = registration.machine;
     let id = machine.get();
+    let bootstrap_user = registration.bootstrap_user.map(|(user, password)| {
+        let credentials = [crate::security::scram::Hash::Sha256, crate::security::scram::Hash::Sha512]
+            .map(|hash| (hash.kafka_type(), stored_scram(hash, &password)))
+            .to_vec();
+        Request::AlterScram { upserts: vec![(user, credentials)], deletes: Vec::new(), only_if_absent: true }
+    });
     let steps = [
-        Request::CreateCluster { cluster_id },
-        Request::RegisterMachine {
+        Some(Request::CreateCluster { cluster_id }),
+        bootstrap_user,
+        Some(Request::RegisterMachine {
             machine: id,
             incarnation,
             rack: registration.rack,
             endpoints: registration.endpoints,
             first_node_id: registration.first_node_id,
-        },
-        Request::UnfenceMachine { machine: id },
+        }),
+        Some(Request::UnfenceMachine { machine: id }),
     ];
-    for step in steps {
+    for step in steps.into_iter().flatten() {
         loop {
             match futures_lite::future::block_on(request(handle, &step)) {
                 Ok(Answer::Refused(_, reason)) => return Err(SubmitError::Remote(reason)),
@@ -341,6 +350,14 @@ pub enum Request {
     AlterReassignments {
         moves: Vec<control::MoveRequest>,
     },
+    /// Sets users' SCRAM credentials, by Kafka mechanism type, and deletes
+    /// (user, type) pairs; `only_if_absent` sets only users with no
+    /// credential at all (`--bootstrap-user`). Answered per user.
+    AlterScram {
+        upserts: Vec<(String, Vec<(i8, StoredScram)>)>,
+        deletes: Vec<(String, i8)>,
+        only_if_absent: bool,
+    },
     /// A partition's leader changes its ISR (Kafka's AlterPartition).
     AlterIsr {
         topic_id: [u8; 16],
@@ -462,6 +479,11 @@ fn decide_request(image: &ClusterImage, config: &ServeConfig, request: &Request)
                 Err((error, reason)) => (Vec::new(), Answer::Refused(error.code(), reason)),
             }
         }
+        Request::AlterScram { upserts, deletes, only_if_absent } => {
+            let decision = control::alter_scram(image, upserts, deletes, *only_if_absent);
+            let items = decision.items.into_iter().map(|i| (i.name, i.error.code(), i.message)).collect();
+            (decision.records, Answer::Items(items))
+        }
         Request::Admin(admin) => {
             let decision = decide(image, config, admin, crate::log::now_ms() ^ image.provenance.offset);
             let items = decision.items.into_iter().map(|i| (i.name, i.error.code(), i.message)).collect();
@@ -479,6 +501,13 @@ pub async fn request(handle: &ControllerHandle, request: &Request) -> Result<Ans
     aligned.extend_from_slice(&bytes);
     rkyv::from_bytes::<Answer, rkyv::rancor::Error>(&aligned)
         .map_err(|err| SubmitError::Remote(format!("an answer that does not decode: {err}")))
+}
+
+/// A SCRAM credential for `password` with a fresh salt and Kafka's
+/// default iterations.
+pub fn stored_scram(hash: crate::security::scram::Hash, password: &str) -> StoredScram {
+    let c = crate::security::scram::Credential::new(hash, password, crate::security::scram::ITERATIONS_MIN);
+    StoredScram { salt: c.salt, iterations: c.iterations, stored_key: c.stored_key, server_key: c.server_key }
 }
 
 /// A controlled shutdown (SIGTERM) of a machine of a cluster: stops its

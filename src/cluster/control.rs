@@ -28,7 +28,7 @@ use super::image::{ClusterImage, TopicId};
 use super::metadata::NodeId;
 use super::records::{
     ConfigResource, MachineRegistration, MetadataRecord, NodeRegistration, PartitionChange, PartitionRecord,
-    Reassignment,
+    Reassignment, StoredScram,
 };
 use crate::constants;
 use crate::protocol::ErrorCode;
@@ -832,6 +832,73 @@ pub fn unregister_machine(image: &ClusterImage, machine: u64) -> Result<Vec<Meta
         }
     }
     Ok(vec![MetadataRecord::UnregisterMachine { machine, machine_epoch: registered.epoch }])
+}
+
+/// Sets and deletes users' SCRAM credentials (see `bridge::Request::AlterScram`):
+/// one answer per user named, in the order named (upserts, then deletes).
+/// A user name is 1 ..= 255 bytes; a credential's iterations are within
+/// Kafka's bounds; deleting a credential that does not exist is
+/// RESOURCE_NOT_FOUND, as Kafka answers.
+pub fn alter_scram(
+    image: &ClusterImage,
+    upserts: &[(String, Vec<(i8, StoredScram)>)],
+    deletes: &[(String, i8)],
+    only_if_absent: bool,
+) -> Decision {
+    use crate::security::scram::{Hash, ITERATIONS_MAX, ITERATIONS_MIN};
+    let mut decision = Decision::default();
+    let answer = |user: &str, error: ErrorCode, message: Option<&str>| ItemResult {
+        name: user.to_string(),
+        error,
+        message: message.map(str::to_string),
+    };
+    for (user, credentials) in upserts {
+        if user.is_empty() || user.len() > 255 {
+            decision.items.push(answer(
+                user,
+                ErrorCode::UnacceptableCredential,
+                Some("a user name is 1 ..= 255 bytes"),
+            ));
+            continue;
+        }
+        let bad = credentials.iter().find(|(kind, c)| {
+            Hash::from_kafka_type(*kind).is_none() || !(ITERATIONS_MIN..=ITERATIONS_MAX).contains(&c.iterations)
+        });
+        if let Some((kind, _)) = bad {
+            let why = if Hash::from_kafka_type(*kind).is_none() {
+                "unknown SCRAM mechanism"
+            } else {
+                "iterations must be 4096 ..= 16384"
+            };
+            decision.items.push(answer(user, ErrorCode::UnacceptableCredential, Some(why)));
+            continue;
+        }
+        if only_if_absent && image.scram.keys().any(|(name, _)| name == user) {
+            decision.items.push(answer(user, ErrorCode::None, None));
+            continue;
+        }
+        for (kind, credential) in credentials {
+            decision.records.push(MetadataRecord::ScramCredential {
+                user: user.clone(),
+                mechanism: *kind,
+                credential: Some(Box::new(credential.clone())),
+            });
+        }
+        decision.items.push(answer(user, ErrorCode::None, None));
+    }
+    for (user, kind) in deletes {
+        if !image.scram.contains_key(&(user.clone(), *kind)) {
+            decision.items.push(answer(user, ErrorCode::ResourceNotFound, Some("no such credential")));
+            continue;
+        }
+        decision.records.push(MetadataRecord::ScramCredential {
+            user: user.clone(),
+            mechanism: *kind,
+            credential: None,
+        });
+        decision.items.push(answer(user, ErrorCode::None, None));
+    }
+    decision
 }
 
 /// A producer-id block for a machine: ids `[start, start + block)`.

@@ -19,7 +19,7 @@ use rkyv::{Archive, Deserialize, Serialize};
 use super::ids::MachineId;
 use super::metadata::NodeId;
 use super::records::{
-    ConfigResource, MachineRegistration, MetadataRecord, PartitionChange, PartitionRecord, Reassignment,
+    ConfigResource, MachineRegistration, MetadataRecord, PartitionChange, PartitionRecord, Reassignment, StoredScram,
 };
 
 pub type TopicId = [u8; 16];
@@ -48,6 +48,9 @@ pub struct ClusterImage {
     pub node_id_next: i32,
     /// Partitions moving to other replicas (KIP-455), by topic and index.
     pub reassignments: BTreeMap<(TopicId, i32), Reassignment>,
+    /// SCRAM credentials by user and Kafka mechanism type (1 SHA-256,
+    /// 2 SHA-512).
+    pub scram: BTreeMap<(String, i8), StoredScram>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
@@ -212,6 +215,14 @@ impl MetadataDelta {
                 };
                 self.changes.partitions.insert((*topic_id, *partition));
             }
+            MetadataRecord::ScramCredential { user, mechanism, credential } => match credential {
+                Some(credential) => {
+                    self.next.scram.insert((user.clone(), *mechanism), (**credential).clone());
+                }
+                None => {
+                    self.next.scram.remove(&(user.clone(), *mechanism));
+                }
+            },
         }
         self.next.provenance = at;
         Ok(())
@@ -409,6 +420,13 @@ struct SnapshotV2 {
     reassignments: Vec<(TopicId, i32, Reassignment)>,
 }
 
+/// `SnapshotV2` with the SCRAM credentials (format 3).
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+struct SnapshotV3 {
+    v2: SnapshotV2,
+    scram: Vec<(String, i8, StoredScram)>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
 struct SnapshotTopic {
     name: String,
@@ -426,15 +444,20 @@ pub enum SnapshotError {
     ZeroMachine,
 }
 
-/// Format 1 (`Snapshot`) is still read; format 2 (`SnapshotV2`) written.
+/// Formats 1 (`Snapshot`) and 2 (`SnapshotV2`) are still read; format 3
+/// (`SnapshotV3`) is written.
 const SNAPSHOT_MAGIC_V1: &[u8; 8] = b"SLSNAP01";
-const SNAPSHOT_MAGIC: &[u8; 8] = b"SLSNAP02";
+const SNAPSHOT_MAGIC_V2: &[u8; 8] = b"SLSNAP02";
+const SNAPSHOT_MAGIC: &[u8; 8] = b"SLSNAP03";
 
 /// `SNAPSHOT_MAGIC | crc32c (of payload) | rkyv payload`.
 pub fn encode_snapshot(image: &ClusterImage) -> Vec<u8> {
-    let snapshot = SnapshotV2 {
-        base: Snapshot::of(image),
-        reassignments: image.reassignments.iter().map(|((id, p), moving)| (*id, *p, moving.clone())).collect(),
+    let snapshot = SnapshotV3 {
+        v2: SnapshotV2 {
+            base: Snapshot::of(image),
+            reassignments: image.reassignments.iter().map(|((id, p), moving)| (*id, *p, moving.clone())).collect(),
+        },
+        scram: image.scram.iter().map(|((user, kind), c)| (user.clone(), *kind, c.clone())).collect(),
     };
     let payload = rkyv::to_bytes::<rkyv::rancor::Error>(&snapshot).expect("an image always serializes");
     let mut out = Vec::with_capacity(SNAPSHOT_MAGIC.len() + 4 + payload.len());
@@ -471,10 +494,13 @@ impl Snapshot {
 pub fn decode_snapshot(bytes: &[u8]) -> Result<ClusterImage, SnapshotError> {
     let header = SNAPSHOT_MAGIC.len() + 4;
     let magic = bytes.get(..SNAPSHOT_MAGIC.len());
-    let v2 = magic == Some(SNAPSHOT_MAGIC.as_slice());
-    if bytes.len() < header || !(v2 || magic == Some(SNAPSHOT_MAGIC_V1.as_slice())) {
+    let format = [SNAPSHOT_MAGIC_V1, SNAPSHOT_MAGIC_V2, SNAPSHOT_MAGIC]
+        .iter()
+        .position(|m| magic == Some(m.as_slice()))
+        .map(|i| i + 1);
+    let Some(format) = format.filter(|_| bytes.len() >= header) else {
         return Err(SnapshotError::Damaged("bad header"));
-    }
+    };
     let at = SNAPSHOT_MAGIC.len();
     let crc = u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
     let payload = &bytes[header..];
@@ -483,14 +509,19 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<ClusterImage, SnapshotError> {
     }
     let mut aligned = rkyv::util::AlignedVec::<16>::new();
     aligned.extend_from_slice(payload);
-    let (snapshot, reassignments) = if v2 {
-        let v2 = rkyv::from_bytes::<SnapshotV2, rkyv::rancor::Error>(&aligned)
-            .map_err(|e| SnapshotError::Decode(e.to_string()))?;
-        (v2.base, v2.reassignments)
-    } else {
-        let v1 = rkyv::from_bytes::<Snapshot, rkyv::rancor::Error>(&aligned)
-            .map_err(|e| SnapshotError::Decode(e.to_string()))?;
-        (v1, Vec::new())
+    let decode_error = |e: rkyv::rancor::Error| SnapshotError::Decode(e.to_string());
+    let (snapshot, reassignments, scram) = match format {
+        1 => {
+            (rkyv::from_bytes::<Snapshot, rkyv::rancor::Error>(&aligned).map_err(decode_error)?, Vec::new(), Vec::new())
+        }
+        2 => {
+            let v2 = rkyv::from_bytes::<SnapshotV2, rkyv::rancor::Error>(&aligned).map_err(decode_error)?;
+            (v2.base, v2.reassignments, Vec::new())
+        }
+        _ => {
+            let v3 = rkyv::from_bytes::<SnapshotV3, rkyv::rancor::Error>(&aligned).map_err(decode_error)?;
+            (v3.v2.base, v3.v2.reassignments, v3.scram)
+        }
     };
     let mut machines = BTreeMap::new();
     for (id, machine) in snapshot.machines {
@@ -516,6 +547,7 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<ClusterImage, SnapshotError> {
         producer_id_next: snapshot.producer_id_next,
         node_id_next: snapshot.node_id_next,
         reassignments: reassignments.into_iter().map(|(id, p, moving)| ((id, p), moving)).collect(),
+        scram: scram.into_iter().map(|(user, kind, c)| ((user, kind), c)).collect(),
     })
 }
 
@@ -706,6 +738,9 @@ mod tests {
     fn a_snapshot_round_trips_and_a_damaged_one_is_refused() {
         let mut image = two_machines_one_topic();
         image.reassignments.insert(([1; 16], 0), Reassignment { target: vec![2, 3], original: vec![0] });
+        let credential =
+            StoredScram { salt: vec![1; 32], iterations: 4096, stored_key: vec![2; 32], server_key: vec![3; 32] };
+        image.scram.insert(("alice".into(), 1), credential);
         let bytes = encode_snapshot(&image);
         assert_eq!(decode_snapshot(&bytes).unwrap(), image);
         for at in [0, 9, bytes.len() / 2, bytes.len() - 1] {
@@ -724,5 +759,38 @@ mod tests {
         bytes.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
         bytes.extend_from_slice(&payload);
         assert_eq!(decode_snapshot(&bytes).unwrap(), image);
+    }
+
+    #[test]
+    fn a_snapshot_of_the_second_format_still_decodes() {
+        let mut image = two_machines_one_topic();
+        image.reassignments.insert(([1; 16], 0), Reassignment { target: vec![2, 3], original: vec![0] });
+        let v2 = SnapshotV2 {
+            base: Snapshot::of(&image),
+            reassignments: vec![([1; 16], 0, Reassignment { target: vec![2, 3], original: vec![0] })],
+        };
+        let payload = rkyv::to_bytes::<rkyv::rancor::Error>(&v2).unwrap();
+        let mut bytes = SNAPSHOT_MAGIC_V2.to_vec();
+        bytes.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
+        bytes.extend_from_slice(&payload);
+        assert_eq!(decode_snapshot(&bytes).unwrap(), image);
+    }
+
+    #[test]
+    fn scram_credential_records_set_and_delete_a_users_credential() {
+        let mut image = two_machines_one_topic();
+        let credential =
+            StoredScram { salt: vec![1; 32], iterations: 4096, stored_key: vec![2; 64], server_key: vec![3; 64] };
+        let set = MetadataRecord::ScramCredential {
+            user: "alice".into(),
+            mechanism: 2,
+            credential: Some(Box::new(credential.clone())),
+        };
+        image = replay_all(&image, &[(90, set)]).0;
+        assert_eq!(image.scram.get(&("alice".to_string(), 2)), Some(&credential));
+        assert_eq!(image.scram.get(&("alice".to_string(), 1)), None);
+        let delete = MetadataRecord::ScramCredential { user: "alice".into(), mechanism: 2, credential: None };
+        image = replay_all(&image, &[(91, delete)]).0;
+        assert!(image.scram.is_empty());
     }
 }

@@ -76,6 +76,24 @@ pub enum MetadataRecord {
         partition: i32,
         moving: Option<Reassignment>,
     },
+    /// A user's SCRAM credential for one hash is set (`Some`) or deleted
+    /// (`None`): `--bootstrap-user`, AlterUserScramCredentials. Salted and
+    /// hashed (RFC 5802's StoredKey and ServerKey), never the password.
+    ScramCredential {
+        user: String,
+        /// Kafka's `ScramMechanism`: 1 SHA-256, 2 SHA-512.
+        mechanism: i8,
+        credential: Option<Box<StoredScram>>,
+    },
+}
+
+/// A SCRAM credential as the cluster stores it (`security::scram::Credential`).
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct StoredScram {
+    pub salt: Vec<u8>,
+    pub iterations: u32,
+    pub stored_key: Vec<u8>,
+    pub server_key: Vec<u8>,
 }
 
 /// A move in progress: the replicas asked for, and those the partition had
@@ -237,6 +255,17 @@ mod tests {
                 value: Some("1".into()),
             },
             MetadataRecord::ProducerIds { machine: 7, machine_epoch: 2, next_producer_id: 2000 },
+            MetadataRecord::ScramCredential {
+                user: "alice".into(),
+                mechanism: 2,
+                credential: Some(Box::new(StoredScram {
+                    salt: vec![1; 32],
+                    iterations: 4096,
+                    stored_key: vec![2; 64],
+                    server_key: vec![3; 64],
+                })),
+            },
+            MetadataRecord::ScramCredential { user: "alice".into(), mechanism: 1, credential: None },
         ]
     }
 

@@ -128,6 +128,11 @@ pub struct ServeConfig {
     pub controller_port: Option<u16>,
     /// This machine's rack (Kafka's `broker.rack`).
     pub rack: Option<String>,
+    /// SASL mechanisms the Kafka ports require (comma-separated); empty:
+    /// none (see `crate::security`).
+    pub sasl_mechanisms: String,
+    /// `NAME:PASSWORD`: a user made at start if the cluster lacks it.
+    pub bootstrap_user: Option<String>,
     /// UDP port of this machine's SWIM gossip; `None`: no gossip.
     pub gossip_port: Option<u16>,
     /// Gossip addresses (`host:port,...`) of machines to join through.
@@ -181,6 +186,8 @@ impl Default for ServeConfig {
             controller_voters: None,
             controller_port: None,
             rack: None,
+            sasl_mechanisms: String::new(),
+            bootstrap_user: None,
             gossip_port: None,
             seeds: None,
             auto_create_topics: true,
@@ -330,10 +337,45 @@ impl ServeConfig {
         if let Some(rack) = self.rack.as_ref().filter(|r| r.is_empty() || r.len() > 255) {
             return invalid("rack", rack.clone(), "must be 1 ..= 255 bytes");
         }
+        if crate::security::parse_mechanisms(&self.sasl_mechanisms).is_err() {
+            let reason = "each must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512";
+            return invalid("sasl-mechanisms", self.sasl_mechanisms.clone(), reason);
+        }
+        if self.bootstrap_user.as_deref().is_some_and(|u| crate::security::parse_user(u).is_err()) {
+            return invalid("bootstrap-user", "(hidden)".into(), "must be NAME:PASSWORD, both non-empty");
+        }
+        let clustered = self.controller_voters.is_some() || self.seeds.is_some();
+        if clustered && !self.sasl_mechanisms.trim().is_empty() && self.bootstrap_user.is_none() {
+            let reason = "a machine of a cluster logs in to the others' Kafka ports as --bootstrap-user: set it";
+            return invalid("sasl-mechanisms", self.sasl_mechanisms.clone(), reason);
+        }
         if self.node_id_base < 0 {
             return invalid("node-id-base", self.node_id_base.to_string(), "must be >= 0");
         }
         self.topic_log_config(&Default::default()).map(|_| ())
+    }
+
+    /// The SASL mechanisms the Kafka ports require (validated at start).
+    pub fn sasl_mechanisms(&self) -> Vec<crate::security::Mechanism> {
+        crate::security::parse_mechanisms(&self.sasl_mechanisms).unwrap_or_default()
+    }
+
+    /// The bootstrap user's name and password (validated at start).
+    pub fn bootstrap_user(&self) -> Option<(String, String)> {
+        self.bootstrap_user.as_deref().and_then(|u| crate::security::parse_user(u).ok())
+    }
+
+    /// How this machine logs in to the others' Kafka ports (its followers
+    /// fetch there): as the bootstrap user, with SCRAM-SHA-512, -256 or
+    /// PLAIN, whichever is enabled first in that order; `None` without SASL.
+    pub fn inter_machine_login(&self) -> Option<crate::client::pipelined::SaslLogin> {
+        use crate::security::{scram::Hash, Mechanism};
+        let enabled = self.sasl_mechanisms();
+        let mechanism = [Mechanism::Scram(Hash::Sha512), Mechanism::Scram(Hash::Sha256), Mechanism::Plain]
+            .into_iter()
+            .find(|m| enabled.contains(m))?;
+        let (user, password) = self.bootstrap_user()?;
+        Some(crate::client::pipelined::SaslLogin { mechanism, user, password })
     }
 
     /// The controller voters, as (machine id, host:port), in the order

@@ -26,6 +26,7 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod offset_for_leader_epoch;
 pub mod produce;
+pub mod sasl;
 
 pub mod delete_groups;
 pub mod describe_groups;
@@ -60,6 +61,7 @@ pub enum ApiKey {
     SyncGroup = 14,
     DescribeGroups = 15,
     ListGroups = 16,
+    SaslHandshake = 17,
     ApiVersions = 18,
     CreateTopics = 19,
     DeleteTopics = 20,
@@ -70,6 +72,7 @@ pub enum ApiKey {
     AlterConfigs = 33,
     AlterReplicaLogDirs = 34,
     DescribeLogDirs = 35,
+    SaslAuthenticate = 36,
     CreatePartitions = 37,
     DeleteGroups = 42,
     ElectLeaders = 43,
@@ -131,6 +134,8 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     range(ApiKey::ElectLeaders, 0, 2, 2),
     range(ApiKey::AlterPartitionReassignments, 0, 0, 0),
     range(ApiKey::ListPartitionReassignments, 0, 0, 0),
+    range(ApiKey::SaslHandshake, 0, 1, 2),
+    range(ApiKey::SaslAuthenticate, 0, 1, 2),
 ];
 
 impl ApiKey {
@@ -150,6 +155,7 @@ impl ApiKey {
             14 => SyncGroup,
             15 => DescribeGroups,
             16 => ListGroups,
+            17 => SaslHandshake,
             18 => ApiVersions,
             19 => CreateTopics,
             20 => DeleteTopics,
@@ -160,6 +166,7 @@ impl ApiKey {
             33 => AlterConfigs,
             34 => AlterReplicaLogDirs,
             35 => DescribeLogDirs,
+            36 => SaslAuthenticate,
             37 => CreatePartitions,
             42 => DeleteGroups,
             43 => ElectLeaders,
@@ -281,5 +288,7 @@ pub fn decode_request_body(request: &Request, reader: &mut Reader) -> DecodeResu
         ApiKey::DescribeCluster => describe_cluster::DescribeClusterRequest::decode(reader, version).map(drop),
         ApiKey::DescribeQuorum => describe_quorum::DescribeQuorumRequest::decode(reader, version).map(drop),
         ApiKey::UnregisterBroker => unregister_broker::UnregisterBrokerRequest::decode(reader, version).map(drop),
+        ApiKey::SaslHandshake => sasl::SaslHandshakeRequest::decode(reader, version).map(drop),
+        ApiKey::SaslAuthenticate => sasl::SaslAuthenticateRequest::decode(reader, version).map(drop),
     }
 }

@@ -62,6 +62,7 @@ pub async fn run(shard: Rc<Shard>, leader: i32) {
                 in_flight: 1,
                 client_id: format!("shardlog-replica-{}", shard.node_id()),
                 connect_timeout: Duration::from_secs(2),
+                sasl: shard.config.inter_machine_login(),
             };
             match Connection::connect(&address, &options).await {
                 Ok(opened) => connection = Some((address.clone(), opened)),

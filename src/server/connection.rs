@@ -23,6 +23,11 @@ use glommio::net::TcpStream;
 
 use super::handlers;
 use crate::constants::CONNECTION_IN_FLIGHT_MAX;
+use crate::protocol::sasl::{
+    SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
+};
+use crate::protocol::{self, ApiKey, ErrorCode, ParsedHeader, Reader};
+use crate::security::{Authenticator, Step};
 use crate::shard::Shard;
 
 /// Responses already done behind the one being written go out with it, in
@@ -70,11 +75,15 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, _slot: super::limits::Co
         while let Some(Some(_)) = futures_lite::future::poll_once(responses.recv()).await {}
         let _ = writer.close().await;
     });
+    // On a SASL listener: the connection's authentication, until it is done.
+    let mut sasl = Some(shard.config.sasl_mechanisms()).filter(|m| !m.is_empty()).map(Authenticator::new);
     loop {
         if shard.shutting_down.get() {
             break;
         }
-        let (frame, permit) = match read_frame(&shard, &mut reader, socket).await {
+        let pending = sasl.as_mut().filter(|a| a.user().is_none());
+        let frame_min = if pending.as_ref().is_some_and(|a| a.expects_bare_token()) { 1 } else { FRAME_BYTES_MIN };
+        let (frame, permit) = match read_frame(&shard, &mut reader, socket, frame_min).await {
             Ok(Some(read)) => read,
             Ok(None) => break,
             Err(reason) => {
@@ -85,6 +94,16 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, _slot: super::limits::Co
         let counted = InFlightCount::new(&shard);
         let task_shard = shard.clone();
         let task_peer = peer.clone();
+        if let Some(auth) = pending {
+            // Before authentication, frames are handled one at a time, here.
+            let outcome = authenticate(&shard, auth, frame, &peer).await;
+            let ends = matches!(outcome, handlers::Outcome::Close(_) | handlers::Outcome::RespondAndClose(..));
+            let task = glommio::spawn_local(async move { outcome });
+            if queue.send((task, (permit, counted))).await.is_err() || ends {
+                break;
+            }
+            continue;
+        }
         let task = glommio::spawn_local(async move { handlers::handle(&task_shard, frame, &task_peer).await });
         if queue.send((task, (permit, counted))).await.is_err() {
             break;
@@ -92,6 +111,112 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, _slot: super::limits::Co
     }
     drop(queue);
     writer_task.await;
+}
+
+/// A frame on a SASL listener's connection not yet authenticated (see
+/// `crate::security`): ApiVersions, SaslHandshake and SaslAuthenticate (or
+/// a bare token after a v0 handshake) are answered; anything else closes
+/// the connection, as does a refused handshake or token once its answer
+/// is sent.
+async fn authenticate(shard: &Rc<Shard>, auth: &mut Authenticator, frame: BytesMut, peer: &str) -> handlers::Outcome {
+    let image = shard.image();
+    if auth.expects_bare_token() {
+        return match auth.authenticate(&frame, image.cluster.as_ref()) {
+            Ok(step) => {
+                note_step(&step, peer);
+                handlers::Outcome::Respond(vec![Bytes::from(step_token(step))])
+            }
+            Err(refusal) => {
+                crate::metrics::sasl_failed();
+                tracing::info!(%peer, reason = %refusal.message, "SASL authentication failed");
+                handlers::Outcome::Close(refusal.message)
+            }
+        };
+    }
+    let api_key = i16::from_be_bytes([frame[0], frame[1]]);
+    if api_key == ApiKey::ApiVersions as i16 {
+        return handlers::handle(shard, frame, peer).await;
+    }
+    let mut reader = Reader::from_frame(frame);
+    let request = match protocol::parse_header(&mut reader) {
+        Ok(ParsedHeader::Supported(request))
+            if matches!(request.api, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate) =>
+        {
+            request
+        }
+        Ok(ParsedHeader::Supported(request)) => {
+            return handlers::Outcome::Close(format!("{:?} before SASL authentication", request.api));
+        }
+        Ok(ParsedHeader::Unsupported(header)) => {
+            return handlers::Outcome::Close(format!(
+                "api {} version {} before SASL authentication",
+                header.api_key, header.api_version
+            ));
+        }
+        Err(err) => return handlers::Outcome::Close(format!("bad request header: {err}")),
+    };
+    let version = request.header.api_version;
+    let mut w = handlers::response(&request);
+    if request.api == ApiKey::SaslHandshake {
+        let body = match SaslHandshakeRequest::decode(&mut reader, version) {
+            Ok(body) => body,
+            Err(err) => return handlers::Outcome::Close(format!("bad SaslHandshake: {err}")),
+        };
+        let mechanisms = auth.enabled().iter().map(|m| m.name().to_string()).collect();
+        return match auth.handshake(&body.mechanism, version) {
+            Ok(_) => {
+                SaslHandshakeResponse { error: ErrorCode::None, mechanisms }.encode(&mut w, version);
+                handlers::respond(w)
+            }
+            Err(refusal) => {
+                SaslHandshakeResponse { error: refusal.code, mechanisms }.encode(&mut w, version);
+                handlers::Outcome::RespondAndClose(w.into_chunks(), refusal.message)
+            }
+        };
+    }
+    let body = match SaslAuthenticateRequest::decode(&mut reader, version) {
+        Ok(body) => body,
+        Err(err) => return handlers::Outcome::Close(format!("bad SaslAuthenticate: {err}")),
+    };
+    match auth.authenticate(&body.auth_bytes, image.cluster.as_ref()) {
+        Ok(step) => {
+            note_step(&step, peer);
+            let auth_bytes = Bytes::from(step_token(step));
+            SaslAuthenticateResponse {
+                error: ErrorCode::None,
+                error_message: None,
+                auth_bytes,
+                session_lifetime_ms: 0,
+            }
+            .encode(&mut w, version);
+            handlers::respond(w)
+        }
+        Err(refusal) => {
+            crate::metrics::sasl_failed();
+            tracing::info!(%peer, reason = %refusal.message, "SASL authentication failed");
+            SaslAuthenticateResponse {
+                error: refusal.code,
+                error_message: Some(refusal.message.clone()),
+                auth_bytes: Bytes::new(),
+                session_lifetime_ms: 0,
+            }
+            .encode(&mut w, version);
+            handlers::Outcome::RespondAndClose(w.into_chunks(), refusal.message)
+        }
+    }
+}
+
+fn step_token(step: Step) -> Vec<u8> {
+    match step {
+        Step::Continue(token) | Step::Done { token, .. } => token,
+    }
+}
+
+fn note_step(step: &Step, peer: &str) {
+    if let Step::Done { user, .. } = step {
+        crate::metrics::sasl_authenticated();
+        tracing::debug!(%peer, %user, "SASL authenticated");
+    }
 }
 
 /// One request counted in the core's `in_flight_requests` (which shutdown
@@ -127,6 +252,7 @@ async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
     shard: &Rc<Shard>,
     reader: &mut R,
     socket: BorrowedFd<'_>,
+    frame_min: usize,
 ) -> Result<Option<(BytesMut, glommio::sync::StaticPermit)>, String> {
     let config = &shard.config;
     let mut size = [0u8; 4];
@@ -138,8 +264,8 @@ async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
         None => return Err("idle timeout".into()),
     }
     let size = i32::from_be_bytes(size);
-    if size < FRAME_BYTES_MIN as i32 || size as usize > config.request_bytes_max {
-        return Err(format!("frame size {size} outside {FRAME_BYTES_MIN}..={}", config.request_bytes_max));
+    if size < frame_min as i32 || size as usize > config.request_bytes_max {
+        return Err(format!("frame size {size} outside {frame_min}..={}", config.request_bytes_max));
     }
     let permit = shard.in_flight_budget.acquire_static_permit(size as u64).await.map_err(|e| e.to_string())?;
     let size = size as usize;
@@ -220,6 +346,10 @@ async fn gather_ready(
             handlers::Outcome::Respond(chunks) => outgoing.push(chunks),
             handlers::Outcome::NoResponse => {}
             handlers::Outcome::Close(reason) => return (outgoing, Some(reason), None),
+            handlers::Outcome::RespondAndClose(chunks, reason) => {
+                outgoing.push(chunks);
+                return (outgoing, Some(reason), None);
+            }
         }
         if outgoing.bytes >= GATHER_BYTES_MAX {
             return (outgoing, None, None);

@@ -206,6 +206,7 @@ fn start_metadata(
         endpoints: core_endpoints(config),
         first_node_id: config.node_id_base,
         rack: config.rack.clone(),
+        bootstrap_user: config.bootstrap_user(),
     };
     bridge::bootstrap(&handle, registration, legacy.clone()).map_err(ServeError::Bootstrap)?;
     if legacy.is_some() {

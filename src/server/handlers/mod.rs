@@ -38,6 +38,8 @@ pub enum Outcome {
     NoResponse,
     /// The request could not be parsed: Kafka closes the connection.
     Close(String),
+    /// Answer, then close (a refused SASL handshake or authentication).
+    RespondAndClose(Vec<Bytes>, String),
 }
 
 /// Handles one frame (header and body).
@@ -86,6 +88,7 @@ pub async fn handle(shard: &Rc<Shard>, frame: BytesMut, peer: &str) -> Outcome {
         ApiKey::DescribeCluster => describe_cluster::handle(shard, &request, &mut reader).await,
         ApiKey::DescribeQuorum => describe_quorum::handle(shard, &request, &mut reader).await,
         ApiKey::UnregisterBroker => unregister_broker::handle(shard, &request, &mut reader).await,
+        ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => out_of_turn_sasl(&request, &mut reader),
         ApiKey::DescribeLogDirs => log_dirs::describe(shard, &request, &mut reader).await,
         ApiKey::AlterReplicaLogDirs => log_dirs::alter(shard, &request, &mut reader).await,
     };
@@ -94,6 +97,27 @@ pub async fn handle(shard: &Rc<Shard>, frame: BytesMut, peer: &str) -> Outcome {
         Ok(outcome) => outcome,
         Err(err) => Outcome::Close(format!("bad {:?} v{version} request: {err}", request.api)),
     }
+}
+
+/// SaslHandshake or SaslAuthenticate on a connection that is not
+/// authenticating: a PLAINTEXT listener, or one already authenticated
+/// (shardlog's sessions do not expire, so there is no re-authentication).
+/// ILLEGAL_SASL_STATE, as Kafka answers.
+fn out_of_turn_sasl(request: &Request, reader: &mut Reader) -> protocol::DecodeResult<Outcome> {
+    use protocol::sasl::*;
+    let version = request.header.api_version;
+    let mut w = response(request);
+    let error = protocol::ErrorCode::IllegalSaslState;
+    if request.api == ApiKey::SaslHandshake {
+        SaslHandshakeRequest::decode(reader, version)?;
+        SaslHandshakeResponse { error, mechanisms: Vec::new() }.encode(&mut w, version);
+    } else {
+        SaslAuthenticateRequest::decode(reader, version)?;
+        let error_message = Some("SaslAuthenticate on a connection that is not authenticating".to_string());
+        SaslAuthenticateResponse { error, error_message, auth_bytes: Bytes::new(), session_lifetime_ms: 0 }
+            .encode(&mut w, version);
+    }
+    Ok(respond(w))
 }
 
 /// Starts a response with the header for `request`.
