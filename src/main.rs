@@ -24,6 +24,32 @@ struct Cli {
     /// grows. See docs/deployment.md [default: false].
     #[arg(long, global = true, env = HUGE_PAGES_ENV)]
     huge_pages: Option<bool>,
+    /// Client commands (topic, group, user, cluster, mirror, bench): log in
+    /// to the brokers as this user (SASL), with --sasl-password
+    /// [default: no SASL].
+    #[arg(long, global = true, env = "SHARDLOG_SASL_USERNAME", value_name = "NAME")]
+    sasl_username: Option<String>,
+    /// The --sasl-username's password; prefer the environment variable.
+    #[arg(long, global = true, env = "SHARDLOG_SASL_PASSWORD", hide_env_values = true, value_name = "PASSWORD")]
+    sasl_password: Option<String>,
+    /// The SASL mechanism of --sasl-username: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+    #[arg(long, global = true, env = "SHARDLOG_SASL_MECHANISM", default_value = "SCRAM-SHA-512")]
+    sasl_mechanism: String,
+}
+
+impl Cli {
+    /// The client commands' SASL login, if one is asked for.
+    fn sasl_login(&self) -> Result<Option<shardlog::security::SaslLogin>, String> {
+        let (user, password) = match (&self.sasl_username, &self.sasl_password) {
+            (None, None) => return Ok(None),
+            (Some(user), Some(password)) => (user.clone(), password.clone()),
+            _ => return Err("--sasl-username and --sasl-password go together".into()),
+        };
+        let mechanism = shardlog::security::Mechanism::from_name(&self.sasl_mechanism).ok_or_else(|| {
+            format!("--sasl-mechanism {}: not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", self.sasl_mechanism)
+        })?;
+        Ok(Some(shardlog::security::SaslLogin { mechanism, user, password }))
+    }
 }
 
 /// The environment variable of `--huge-pages`, which a spawned broker inherits.
@@ -54,6 +80,11 @@ enum Command {
     /// Copy topics from one Kafka-compatible cluster to another (MirrorMaker 2's names and records:
     /// offset syncs, checkpoints, heartbeats; translated group offsets). `mirror status` shows its progress.
     Mirror(Box<MirrorArgs>),
+    /// Add, delete and list SASL/SCRAM users (AlterUserScramCredentials, DescribeUserScramCredentials).
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
+    },
     /// Show the broker's nodes (cores), their partitions and disk use.
     Cluster {
         #[command(subcommand)]
@@ -428,6 +459,39 @@ impl ServeArgs {
 }
 
 #[derive(Subcommand)]
+enum UserCommand {
+    /// Adds a user, or sets its password: SCRAM credentials salted and hashed here (the broker never sees the
+    /// password); PLAIN logins check against them too.
+    Add {
+        name: String,
+        /// Prefer the environment variable: a flag shows in the process list.
+        #[arg(long, env = "SHARDLOG_USER_PASSWORD", hide_env_values = true)]
+        password: String,
+        /// SCRAM-SHA-256, SCRAM-SHA-512, or both [default: both].
+        #[arg(long)]
+        mechanism: Option<String>,
+        /// PBKDF2 iterations, 4096 ..= 16384.
+        #[arg(long, default_value_t = 4096)]
+        iterations: i32,
+        #[command(flatten)]
+        broker: BrokerArg,
+    },
+    /// Deletes a user's credentials (all of them, or one --mechanism's).
+    Delete {
+        name: String,
+        #[arg(long)]
+        mechanism: Option<String>,
+        #[command(flatten)]
+        broker: BrokerArg,
+    },
+    /// Lists users and their mechanisms and iterations.
+    List {
+        #[command(flatten)]
+        broker: BrokerArg,
+    },
+}
+
+#[derive(Subcommand)]
 enum TopicCommand {
     /// Create a topic.
     Create {
@@ -528,11 +592,20 @@ fn main() -> ExitCode {
         eprintln!("shardlog: {message}");
         return ExitCode::FAILURE;
     }
+    match cli.sasl_login() {
+        Ok(Some(login)) => shardlog::client::use_login(login),
+        Ok(None) => {}
+        Err(message) => {
+            eprintln!("shardlog: {message}");
+            return ExitCode::FAILURE;
+        }
+    }
     let result = match cli.command {
         Command::Serve(args) => serve(*args),
         Command::Topic { command } => topic(command),
         Command::Group { command } => group(command),
         Command::Cluster { command } => cluster(command),
+        Command::User { command } => user(command),
         Command::Mirror(args) => match (args.command, args.run) {
             (Some(MirrorCommand::Status { pair }), _) => {
                 shardlog::mirror::status(&pair.source, &pair.target, &pair.source_alias).map(|text| print!("{text}"))
@@ -804,6 +877,87 @@ fn group(command: GroupCommand) -> Result<(), String> {
                 println!("committed to group {group} on {}", pair.target);
             }
         }
+    }
+    Ok(())
+}
+
+fn user(command: UserCommand) -> Result<(), String> {
+    use shardlog::protocol::scram_credentials::{AlterUserScramCredentialsRequest, ScramUpsertion};
+    use shardlog::security::scram::{random_bytes, Hash};
+    let hashes = |mechanism: Option<String>| -> Result<Vec<Hash>, String> {
+        match mechanism {
+            None => Ok(vec![Hash::Sha256, Hash::Sha512]),
+            Some(name) => Hash::from_mechanism(&name)
+                .map(|h| vec![h])
+                .ok_or_else(|| format!("--mechanism {name}: not SCRAM-SHA-256 or SCRAM-SHA-512")),
+        }
+    };
+    let (broker, request) = match command {
+        UserCommand::List { broker } => {
+            let mut admin = Admin::connect(&broker.brokers).map_err(|e| format!("{}: {e}", broker.brokers))?;
+            let answer = admin.describe_users(None).map_err(|e| format!("{}: {e}", broker.brokers))?;
+            if !answer.error.is_ok() {
+                return Err(format!("{:?} {}", answer.error, answer.error_message.unwrap_or_default()));
+            }
+            println!("{:<24} MECHANISMS", "USER");
+            for user in answer.results {
+                let mechanisms: Vec<String> = user
+                    .credentials
+                    .iter()
+                    .map(|(kind, iterations)| {
+                        let name = Hash::from_kafka_type(*kind).map_or("unknown", |h| h.mechanism());
+                        format!("{name} ({iterations} iterations)")
+                    })
+                    .collect();
+                println!("{:<24} {}", user.user, mechanisms.join(", "));
+            }
+            return Ok(());
+        }
+        UserCommand::Add { name, password, mechanism, iterations, broker } => {
+            let upsertions = hashes(mechanism)?
+                .into_iter()
+                .map(|hash| {
+                    let salt = random_bytes(32);
+                    let salted = hash.salted_password(password.as_bytes(), &salt, iterations.max(1) as u32);
+                    ScramUpsertion {
+                        name: name.clone(),
+                        mechanism: hash.kafka_type(),
+                        iterations,
+                        salt: salt.into(),
+                        salted_password: salted.into(),
+                    }
+                })
+                .collect();
+            (broker, AlterUserScramCredentialsRequest { deletions: Vec::new(), upsertions })
+        }
+        UserCommand::Delete { name, mechanism, broker } => {
+            let mut admin = Admin::connect(&broker.brokers).map_err(|e| format!("{}: {e}", broker.brokers))?;
+            let kinds: Vec<i8> = match mechanism {
+                Some(_) => hashes(mechanism)?.into_iter().map(Hash::kafka_type).collect(),
+                None => {
+                    let answer = admin.describe_users(Some(vec![name.clone()])).map_err(|e| e.to_string())?;
+                    answer.results.iter().flat_map(|u| u.credentials.iter().map(|(kind, _)| *kind)).collect()
+                }
+            };
+            if kinds.is_empty() {
+                return Err(format!("user {name} has no credentials"));
+            }
+            (
+                broker,
+                AlterUserScramCredentialsRequest {
+                    deletions: kinds.into_iter().map(|k| (name.clone(), k)).collect(),
+                    upsertions: Vec::new(),
+                },
+            )
+        }
+    };
+    let mut admin = Admin::connect(&broker.brokers).map_err(|e| format!("{}: {e}", broker.brokers))?;
+    let results = admin.alter_users(&request).map_err(|e| format!("{}: {e}", broker.brokers))?;
+    for (user, error, message) in results {
+        if !error.is_ok() {
+            return Err(format!("user {user}: {error:?} {}", message.unwrap_or_default()));
+        }
+        println!("user {user}: done");
     }
     Ok(())
 }

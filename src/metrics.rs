@@ -962,6 +962,8 @@ fn api_name(slot: usize) -> Option<&'static str> {
         ApiKey::UnregisterBroker => "UnregisterBroker",
         ApiKey::SaslHandshake => "SaslHandshake",
         ApiKey::SaslAuthenticate => "SaslAuthenticate",
+        ApiKey::DescribeUserScramCredentials => "DescribeUserScramCredentials",
+        ApiKey::AlterUserScramCredentials => "AlterUserScramCredentials",
     })
 }
 

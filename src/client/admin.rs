@@ -84,6 +84,27 @@ impl Admin {
         Ok(Self { connection: Connection::connect(bootstrap, Duration::from_secs(10))? })
     }
 
+    /// DescribeUserScramCredentials v0 (`None`: every user).
+    pub fn describe_users(
+        &mut self,
+        users: Option<Vec<String>>,
+    ) -> Result<crate::protocol::scram_credentials::DescribeUserScramCredentialsResponse, ClientError> {
+        use crate::protocol::scram_credentials::*;
+        let request = DescribeUserScramCredentialsRequest { users };
+        let reader = self.connection.request(ApiKey::DescribeUserScramCredentials, 0, |w| request.encode(w, 0))?;
+        decode(reader, 0, DescribeUserScramCredentialsResponse::decode)
+    }
+
+    /// AlterUserScramCredentials v0: the answer per user.
+    pub fn alter_users(
+        &mut self,
+        request: &crate::protocol::scram_credentials::AlterUserScramCredentialsRequest,
+    ) -> Result<Vec<(String, ErrorCode, Option<String>)>, ClientError> {
+        use crate::protocol::scram_credentials::AlterUserScramCredentialsResponse;
+        let reader = self.connection.request(ApiKey::AlterUserScramCredentials, 0, |w| request.encode(w, 0))?;
+        Ok(decode(reader, 0, AlterUserScramCredentialsResponse::decode)?.results)
+    }
+
     pub fn metadata(&mut self, topics: Option<Vec<String>>) -> Result<MetadataResponse, ClientError> {
         let request = MetadataRequest { topics, allow_auto_topic_creation: false };
         let reader = self.connection.request(ApiKey::Metadata, 8, |w| request.encode(w, 8))?;

@@ -34,6 +34,26 @@ pub struct Sent {
     flexible_header: bool,
 }
 
+/// The SASL login every `Connection` of this process makes first (the
+/// client commands' `--sasl-*` settings); none: no SASL.
+static LOGIN: std::sync::OnceLock<crate::security::SaslLogin> = std::sync::OnceLock::new();
+
+/// Makes every `Connection` opened from now on log in as `login` (and
+/// the pipelined connections made with default options).
+pub fn use_login(login: crate::security::SaslLogin) {
+    let _ = LOGIN.set(login);
+}
+
+/// The login `use_login` set.
+pub fn login() -> Option<crate::security::SaslLogin> {
+    LOGIN.get().cloned()
+}
+
+/// A refused SASL handshake or login, as an error naming the broker.
+pub fn sasl_refused(address: &str, error: &crate::protocol::ErrorCode, detail: &str) -> ClientError {
+    ClientError::Closed(format!("{address}: SASL login refused: {error:?} {detail}"))
+}
+
 /// One connection to one broker node.
 pub struct Connection {
     stream: TcpStream,
@@ -53,7 +73,37 @@ impl Connection {
         let stream = TcpStream::connect_timeout(&address, timeout)?;
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(timeout.max(Duration::from_secs(30))))?;
-        Ok(Self { stream, correlation_id: 0, client_id: "shardlog-cli".into() })
+        let mut connection = Self { stream, correlation_id: 0, client_id: "shardlog-cli".into() };
+        if let Some(login) = LOGIN.get() {
+            connection.log_in(login, &address.to_string())?;
+        }
+        Ok(connection)
+    }
+
+    /// SaslHandshake v1, then the mechanism's tokens in SaslAuthenticate v1.
+    fn log_in(&mut self, login: &crate::security::SaslLogin, address: &str) -> Result<(), ClientError> {
+        use crate::protocol::sasl::*;
+        let name = login.mechanism.name().to_string();
+        let mut reader =
+            self.request(ApiKey::SaslHandshake, 1, |w| SaslHandshakeRequest { mechanism: name }.encode(w, 1))?;
+        let handshake = SaslHandshakeResponse::decode(&mut reader, 1)?;
+        if !handshake.error.is_ok() {
+            return Err(sasl_refused(address, &handshake.error, &handshake.mechanisms.join(", ")));
+        }
+        let mut exchange = login.exchange();
+        let mut token = exchange.first();
+        loop {
+            let encode = |w: &mut Writer| SaslAuthenticateRequest { auth_bytes: token.into() }.encode(w, 1);
+            let mut reader = self.request(ApiKey::SaslAuthenticate, 1, encode)?;
+            let answer = SaslAuthenticateResponse::decode(&mut reader, 1)?;
+            if !answer.error.is_ok() {
+                return Err(sasl_refused(address, &answer.error, &answer.error_message.unwrap_or_default()));
+            }
+            match exchange.next(&answer.auth_bytes).map_err(|e| ClientError::Closed(e.to_string()))? {
+                Some(next) => token = next,
+                None => return Ok(()),
+            }
+        }
     }
 
     /// The client id sent with each request.

@@ -29,7 +29,7 @@ use glommio::net::TcpStream;
 use glommio::sync::{Semaphore, StaticPermit};
 use glommio::Task;
 
-use super::ClientError;
+use super::{sasl_refused, ClientError};
 use crate::protocol::api_versions::ApiVersionsResponse;
 use crate::protocol::create_topics::{
     CreatableTopic, CreatableTopicConfig, CreatableTopicResult, CreateTopicsRequest, CreateTopicsResponse,
@@ -54,17 +54,16 @@ pub struct ConnectionOptions {
     pub sasl: Option<SaslLogin>,
 }
 
-/// A SASL mechanism and the user to log in as.
-#[derive(Debug, Clone)]
-pub struct SaslLogin {
-    pub mechanism: crate::security::Mechanism,
-    pub user: String,
-    pub password: String,
-}
+pub use crate::security::SaslLogin;
 
 impl Default for ConnectionOptions {
     fn default() -> Self {
-        Self { in_flight: 5, client_id: "shardlog-bench".into(), connect_timeout: Duration::from_secs(10), sasl: None }
+        Self {
+            in_flight: 5,
+            client_id: "shardlog-bench".into(),
+            connect_timeout: Duration::from_secs(10),
+            sasl: super::login(),
+        }
     }
 }
 
@@ -166,55 +165,25 @@ impl Connection {
     /// Logs in: the handshake, then the mechanism's tokens.
     async fn authenticate(&self, login: &SaslLogin) -> Result<(), ClientError> {
         use crate::protocol::sasl::*;
-        use crate::security::scram::ScramClient;
-        use crate::security::Mechanism;
-        let refused = |what: &str, error: ErrorCode, message: Option<String>| {
-            ClientError::Closed(format!(
-                "{}: SASL {what} refused: {error:?} {}",
-                self.address(),
-                message.unwrap_or_default()
-            ))
-        };
         let name = login.mechanism.name().to_string();
-        let handshake = self
-            .call(
-                ApiKey::SaslHandshake,
-                1,
-                |w| SaslHandshakeRequest { mechanism: name }.encode(w, 1),
-                SaslHandshakeResponse::decode,
-            )
-            .await?;
+        let encode = |w: &mut Writer| SaslHandshakeRequest { mechanism: name }.encode(w, 1);
+        let handshake = self.call(ApiKey::SaslHandshake, 1, encode, SaslHandshakeResponse::decode).await?;
         if !handshake.error.is_ok() {
-            let enabled = Some(format!("(enabled: {})", handshake.mechanisms.join(", ")));
-            return Err(refused("handshake", handshake.error, enabled));
+            return Err(sasl_refused(self.address(), &handshake.error, &handshake.mechanisms.join(", ")));
         }
-        let exchange = |token: Vec<u8>| async move {
-            let answer = self
-                .call(
-                    ApiKey::SaslAuthenticate,
-                    1,
-                    |w| SaslAuthenticateRequest { auth_bytes: token.into() }.encode(w, 1),
-                    SaslAuthenticateResponse::decode,
-                )
-                .await?;
+        let mut exchange = login.exchange();
+        let mut token = exchange.first();
+        loop {
+            let encode = |w: &mut Writer| SaslAuthenticateRequest { auth_bytes: token.into() }.encode(w, 1);
+            let answer = self.call(ApiKey::SaslAuthenticate, 1, encode, SaslAuthenticateResponse::decode).await?;
             if !answer.error.is_ok() {
-                return Err(refused("authentication", answer.error, answer.error_message));
+                return Err(sasl_refused(self.address(), &answer.error, &answer.error_message.unwrap_or_default()));
             }
-            Ok(answer.auth_bytes)
-        };
-        match login.mechanism {
-            Mechanism::Plain => {
-                exchange(format!("\0{}\0{}", login.user, login.password).into_bytes()).await?;
-            }
-            Mechanism::Scram(hash) => {
-                let mut client = ScramClient::new(hash, &login.user, &login.password);
-                let server_first = exchange(client.first()).await?;
-                let last = client.answer(&server_first).map_err(|e| ClientError::Closed(e.to_string()))?;
-                let server_final = exchange(last).await?;
-                client.verify(&server_final).map_err(|e| ClientError::Closed(e.to_string()))?;
+            match exchange.next(&answer.auth_bytes).map_err(|e| ClientError::Closed(e.to_string()))? {
+                Some(next) => token = next,
+                None => return Ok(()),
             }
         }
-        Ok(())
     }
 
     pub fn address(&self) -> &str {

@@ -178,7 +178,8 @@ pub fn bootstrap(
         let credentials = [crate::security::scram::Hash::Sha256, crate::security::scram::Hash::Sha512]
             .map(|hash| (hash.kafka_type(), stored_scram(hash, &password)))
             .to_vec();
-        Request::AlterScram { upserts: vec![(user, credentials)], deletes: Vec::new(), only_if_absent: true }
+        let change = control::ScramChange { user, set: credentials, delete: Vec::new() };
+        Request::AlterScram { changes: vec![change], only_if_absent: true }
     });
     let steps = [
         Some(Request::CreateCluster { cluster_id }),
@@ -350,12 +351,11 @@ pub enum Request {
     AlterReassignments {
         moves: Vec<control::MoveRequest>,
     },
-    /// Sets users' SCRAM credentials, by Kafka mechanism type, and deletes
-    /// (user, type) pairs; `only_if_absent` sets only users with no
-    /// credential at all (`--bootstrap-user`). Answered per user.
+    /// Sets and deletes users' SCRAM credentials; `only_if_absent` changes
+    /// only users with no credential at all (`--bootstrap-user`).
+    /// Answered per user.
     AlterScram {
-        upserts: Vec<(String, Vec<(i8, StoredScram)>)>,
-        deletes: Vec<(String, i8)>,
+        changes: Vec<control::ScramChange>,
         only_if_absent: bool,
     },
     /// A partition's leader changes its ISR (Kafka's AlterPartition).
@@ -479,8 +479,8 @@ fn decide_request(image: &ClusterImage, config: &ServeConfig, request: &Request)
                 Err((error, reason)) => (Vec::new(), Answer::Refused(error.code(), reason)),
             }
         }
-        Request::AlterScram { upserts, deletes, only_if_absent } => {
-            let decision = control::alter_scram(image, upserts, deletes, *only_if_absent);
+        Request::AlterScram { changes, only_if_absent } => {
+            let decision = control::alter_scram(image, changes, *only_if_absent);
             let items = decision.items.into_iter().map(|i| (i.name, i.error.code(), i.message)).collect();
             (decision.records, Answer::Items(items))
         }

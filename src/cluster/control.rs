@@ -834,69 +834,54 @@ pub fn unregister_machine(image: &ClusterImage, machine: u64) -> Result<Vec<Meta
     Ok(vec![MetadataRecord::UnregisterMachine { machine, machine_epoch: registered.epoch }])
 }
 
-/// Sets and deletes users' SCRAM credentials (see `bridge::Request::AlterScram`):
-/// one answer per user named, in the order named (upserts, then deletes).
-/// A user name is 1 ..= 255 bytes; a credential's iterations are within
-/// Kafka's bounds; deleting a credential that does not exist is
-/// RESOURCE_NOT_FOUND, as Kafka answers.
-pub fn alter_scram(
-    image: &ClusterImage,
-    upserts: &[(String, Vec<(i8, StoredScram)>)],
-    deletes: &[(String, i8)],
-    only_if_absent: bool,
-) -> Decision {
-    use crate::security::scram::{Hash, ITERATIONS_MAX, ITERATIONS_MIN};
+/// One user's SCRAM changes: credentials to set and mechanism types to
+/// delete (validated by the caller: known types, iterations in range, no
+/// type twice).
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct ScramChange {
+    pub user: String,
+    pub set: Vec<(i8, StoredScram)>,
+    pub delete: Vec<i8>,
+}
+
+/// AlterUserScramCredentials and `--bootstrap-user` (see
+/// `bridge::Request::AlterScram`): one answer per user, in order. A user
+/// whose deletion names a credential it does not have gets
+/// RESOURCE_NOT_FOUND and none of its changes, as Kafka answers;
+/// `only_if_absent` leaves a user that has any credential as it is.
+pub fn alter_scram(image: &ClusterImage, changes: &[ScramChange], only_if_absent: bool) -> Decision {
     let mut decision = Decision::default();
-    let answer = |user: &str, error: ErrorCode, message: Option<&str>| ItemResult {
-        name: user.to_string(),
-        error,
-        message: message.map(str::to_string),
-    };
-    for (user, credentials) in upserts {
-        if user.is_empty() || user.len() > 255 {
-            decision.items.push(answer(
-                user,
-                ErrorCode::UnacceptableCredential,
-                Some("a user name is 1 ..= 255 bytes"),
-            ));
-            continue;
-        }
-        let bad = credentials.iter().find(|(kind, c)| {
-            Hash::from_kafka_type(*kind).is_none() || !(ITERATIONS_MIN..=ITERATIONS_MAX).contains(&c.iterations)
-        });
-        if let Some((kind, _)) = bad {
-            let why = if Hash::from_kafka_type(*kind).is_none() {
-                "unknown SCRAM mechanism"
-            } else {
-                "iterations must be 4096 ..= 16384"
-            };
-            decision.items.push(answer(user, ErrorCode::UnacceptableCredential, Some(why)));
-            continue;
-        }
+    for change in changes {
+        let user = &change.user;
+        let answer = |error, message: Option<&str>| ItemResult {
+            name: user.clone(),
+            error,
+            message: message.map(str::to_string),
+        };
         if only_if_absent && image.scram.keys().any(|(name, _)| name == user) {
-            decision.items.push(answer(user, ErrorCode::None, None));
+            decision.items.push(answer(ErrorCode::None, None));
             continue;
         }
-        for (kind, credential) in credentials {
+        if change.delete.iter().any(|kind| !image.scram.contains_key(&(user.clone(), *kind))) {
+            let message = "Attempt to delete a user credential that does not exist";
+            decision.items.push(answer(ErrorCode::ResourceNotFound, Some(message)));
+            continue;
+        }
+        for (kind, credential) in &change.set {
             decision.records.push(MetadataRecord::ScramCredential {
                 user: user.clone(),
                 mechanism: *kind,
                 credential: Some(Box::new(credential.clone())),
             });
         }
-        decision.items.push(answer(user, ErrorCode::None, None));
-    }
-    for (user, kind) in deletes {
-        if !image.scram.contains_key(&(user.clone(), *kind)) {
-            decision.items.push(answer(user, ErrorCode::ResourceNotFound, Some("no such credential")));
-            continue;
+        for kind in &change.delete {
+            decision.records.push(MetadataRecord::ScramCredential {
+                user: user.clone(),
+                mechanism: *kind,
+                credential: None,
+            });
         }
-        decision.records.push(MetadataRecord::ScramCredential {
-            user: user.clone(),
-            mechanism: *kind,
-            credential: None,
-        });
-        decision.items.push(answer(user, ErrorCode::None, None));
+        decision.items.push(answer(ErrorCode::None, None));
     }
     decision
 }

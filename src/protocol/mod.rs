@@ -27,6 +27,7 @@ pub mod metadata;
 pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod sasl;
+pub mod scram_credentials;
 
 pub mod delete_groups;
 pub mod describe_groups;
@@ -79,6 +80,8 @@ pub enum ApiKey {
     IncrementalAlterConfigs = 44,
     AlterPartitionReassignments = 45,
     ListPartitionReassignments = 46,
+    DescribeUserScramCredentials = 50,
+    AlterUserScramCredentials = 51,
     DescribeQuorum = 55,
     DescribeCluster = 60,
     UnregisterBroker = 64,
@@ -136,6 +139,8 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     range(ApiKey::ListPartitionReassignments, 0, 0, 0),
     range(ApiKey::SaslHandshake, 0, 1, 2),
     range(ApiKey::SaslAuthenticate, 0, 1, 2),
+    range(ApiKey::DescribeUserScramCredentials, 0, 0, 0),
+    range(ApiKey::AlterUserScramCredentials, 0, 0, 0),
 ];
 
 impl ApiKey {
@@ -173,6 +178,8 @@ impl ApiKey {
             44 => IncrementalAlterConfigs,
             45 => AlterPartitionReassignments,
             46 => ListPartitionReassignments,
+            50 => DescribeUserScramCredentials,
+            51 => AlterUserScramCredentials,
             55 => DescribeQuorum,
             60 => DescribeCluster,
             64 => UnregisterBroker,
@@ -290,5 +297,11 @@ pub fn decode_request_body(request: &Request, reader: &mut Reader) -> DecodeResu
         ApiKey::UnregisterBroker => unregister_broker::UnregisterBrokerRequest::decode(reader, version).map(drop),
         ApiKey::SaslHandshake => sasl::SaslHandshakeRequest::decode(reader, version).map(drop),
         ApiKey::SaslAuthenticate => sasl::SaslAuthenticateRequest::decode(reader, version).map(drop),
+        ApiKey::DescribeUserScramCredentials => {
+            scram_credentials::DescribeUserScramCredentialsRequest::decode(reader, version).map(drop)
+        }
+        ApiKey::AlterUserScramCredentials => {
+            scram_credentials::AlterUserScramCredentialsRequest::decode(reader, version).map(drop)
+        }
     }
 }

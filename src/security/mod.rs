@@ -68,6 +68,53 @@ pub fn parse_user(text: &str) -> Result<(String, String), String> {
     }
 }
 
+/// A SASL mechanism and the user a client logs in as (shardlog's own
+/// clients: followers, client commands).
+#[derive(Debug, Clone)]
+pub struct SaslLogin {
+    pub mechanism: Mechanism,
+    pub user: String,
+    pub password: String,
+}
+
+impl SaslLogin {
+    /// The client's side of one login: `first`, then `next` with each answer.
+    pub fn exchange(&self) -> LoginExchange {
+        let scram = match self.mechanism {
+            Mechanism::Scram(hash) => Some(scram::ScramClient::new(hash, &self.user, &self.password)),
+            Mechanism::Plain => None,
+        };
+        LoginExchange { login: self.clone(), scram, answered: 0 }
+    }
+}
+
+/// The tokens a client sends, one answer at a time.
+pub struct LoginExchange {
+    login: SaslLogin,
+    scram: Option<scram::ScramClient>,
+    answered: u8,
+}
+
+impl LoginExchange {
+    pub fn first(&self) -> Vec<u8> {
+        match &self.scram {
+            Some(client) => client.first(),
+            None => format!("\0{}\0{}", self.login.user, self.login.password).into_bytes(),
+        }
+    }
+
+    /// The next token for the server's `answer`; `None` when the login is
+    /// complete (and, for SCRAM, the server proved it knows the password).
+    pub fn next(&mut self, answer: &[u8]) -> Result<Option<Vec<u8>>, ScramError> {
+        self.answered += 1;
+        match (&mut self.scram, self.answered) {
+            (None, _) => Ok(None),
+            (Some(client), 1) => client.answer(answer).map(Some),
+            (Some(client), _) => client.verify(answer).map(|()| None),
+        }
+    }
+}
+
 /// Where the authenticator finds a user's stored credential for a hash.
 pub trait Credentials {
     fn scram(&self, user: &str, hash: Hash) -> Option<Credential>;

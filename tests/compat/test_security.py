@@ -309,3 +309,105 @@ def test_three_machines_replicate_with_their_followers_logged_in(tmp_path):
         for m in machines:
             if m.running():
                 m.stop()
+
+
+def test_users_are_added_described_and_deleted_through_the_admin_api(sasl_broker):
+    """AlterUserScramCredentials / DescribeUserScramCredentials (KIP-554)
+    with confluent-kafka's AdminClient: a user added logs in with its
+    mechanism and not another; iterations are reported; a bad alteration is
+    refused with Kafka's codes and changes nothing; a deleted user no longer
+    logs in."""
+    from confluent_kafka import KafkaError, KafkaException, Producer
+    from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
+                                       UserScramCredentialDeletion, UserScramCredentialUpsertion)
+    admin = AdminClient(ck_conf(sasl_broker, "SCRAM-SHA-512"))
+
+    def logs_in(mechanism, user, password):
+        errors = []
+        p = Producer({**ck_conf(sasl_broker, mechanism, user, password), "error_cb": errors.append})
+        md = None
+        try:
+            md = p.list_topics(timeout=5)
+        except KafkaException:
+            pass
+        refused = any(e.code() == KafkaError._AUTHENTICATION for e in errors)
+        return md is not None and not refused
+
+    sha256 = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192)
+    done = admin.alter_user_scram_credentials([UserScramCredentialUpsertion("carol", sha256, b"carol-pw")])
+    assert done["carol"].result(10) is None
+    assert logs_in("SCRAM-SHA-256", "carol", "carol-pw")
+    assert logs_in("PLAIN", "carol", "carol-pw")
+    assert not logs_in("SCRAM-SHA-512", "carol", "carol-pw")
+    assert not logs_in("SCRAM-SHA-256", "carol", "wrong")
+
+    described = admin.describe_user_scram_credentials(["carol", "admin"])
+    carol = described["carol"].result(10)
+    assert [(i.mechanism, i.iterations) for i in carol.scram_credential_infos] == [(ScramMechanism.SCRAM_SHA_256, 8192)]
+    admin_infos = described["admin"].result(10).scram_credential_infos
+    assert sorted(i.mechanism for i in admin_infos) == [ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512]
+    everyone = admin.describe_user_scram_credentials().result(10)
+    assert sorted(everyone) == ["admin", "carol"]
+    with pytest.raises(KafkaException) as missing:
+        admin.describe_user_scram_credentials(["nobody"])["nobody"].result(10)
+    assert missing.value.args[0].code() == KafkaError.RESOURCE_NOT_FOUND
+
+    # Too few iterations: UNACCEPTABLE_CREDENTIAL, and dave is not created.
+    weak = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 100)
+    with pytest.raises(KafkaException) as refused:
+        admin.alter_user_scram_credentials([UserScramCredentialUpsertion("dave", weak, b"pw")])["dave"].result(10)
+    assert refused.value.args[0].code() == KafkaError.UNACCEPTABLE_CREDENTIAL
+    # Deleting a credential carol does not have: RESOURCE_NOT_FOUND, and her
+    # upsertion in the same request is not applied either.
+    with pytest.raises(KafkaException) as refused:
+        admin.alter_user_scram_credentials([
+            UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_512),
+            UserScramCredentialUpsertion("carol", sha256, b"new-pw"),
+        ])["carol"].result(10)
+    assert refused.value.args[0].code() == KafkaError.RESOURCE_NOT_FOUND
+    assert logs_in("SCRAM-SHA-256", "carol", "carol-pw")
+    assert sorted(admin.describe_user_scram_credentials().result(10)) == ["admin", "carol"]
+
+    done = admin.alter_user_scram_credentials([UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_256)])
+    assert done["carol"].result(10) is None
+    assert not logs_in("SCRAM-SHA-256", "carol", "carol-pw")
+    assert not logs_in("PLAIN", "carol", "carol-pw")
+    assert sorted(admin.describe_user_scram_credentials().result(10)) == ["admin"]
+
+
+def test_the_client_commands_log_in_and_manage_users(sasl_broker):
+    """`shardlog user add|list|delete` and `shardlog topic` with the
+    --sasl-* settings (the password from SHARDLOG_SASL_PASSWORD); without
+    them the broker closes the connection and the command fails."""
+    import os
+    from conftest import BIN
+
+    def run(*args, env_extra=None):
+        env = {**os.environ, **(env_extra or {})}
+        return subprocess.run([str(BIN), *args, "-b", sasl_broker.bootstrap], capture_output=True, text=True,
+                              timeout=30, env=env)
+
+    login = {"SHARDLOG_SASL_USERNAME": ADMIN[0], "SHARDLOG_SASL_PASSWORD": ADMIN[1]}
+    refused = run("topic", "list")
+    assert refused.returncode != 0, refused.stdout
+    added = run("user", "add", "erin", "--mechanism", "SCRAM-SHA-256", "--iterations", "8192",
+                env_extra={**login, "SHARDLOG_USER_PASSWORD": "erin-pw"})
+    assert added.returncode == 0, added.stderr
+    listed = run("user", "list", env_extra=login)
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split()[0]: line for line in listed.stdout.splitlines()[1:]}
+    assert sorted(rows) == ["admin", "erin"]
+    assert "SCRAM-SHA-256 (8192 iterations)" in rows["erin"] and "SCRAM-SHA-512" not in rows["erin"]
+    # erin logs in (PLAIN, checked against her SCRAM-SHA-256 credential) and creates a topic.
+    as_erin = {"SHARDLOG_SASL_USERNAME": "erin", "SHARDLOG_SASL_PASSWORD": "erin-pw", "SHARDLOG_SASL_MECHANISM": "PLAIN"}
+    topic = unique_topic("by-erin")
+    created = run("topic", "create", topic, "--partitions", "2", env_extra=as_erin)
+    assert created.returncode == 0, created.stderr
+    assert topic in run("topic", "list", env_extra=login).stdout
+    wrong = run("topic", "list", env_extra={**as_erin, "SHARDLOG_SASL_PASSWORD": "nope"})
+    assert wrong.returncode != 0 and "SaslAuthenticationFailed" in wrong.stderr, wrong.stderr
+    deleted = run("user", "delete", "erin", env_extra=login)
+    assert deleted.returncode == 0, deleted.stderr
+    assert run("topic", "list", env_extra=as_erin).returncode != 0
+    listed = run("user", "list", env_extra=login)
+    assert [line.split()[0] for line in listed.stdout.splitlines()[1:]] == ["admin"]

@@ -22,6 +22,7 @@ mod offset_for_leader_epoch;
 mod produce;
 mod reassignments;
 mod replica_fetch;
+mod scram_credentials;
 mod unregister_broker;
 
 use std::rc::Rc;
@@ -89,6 +90,8 @@ pub async fn handle(shard: &Rc<Shard>, frame: BytesMut, peer: &str) -> Outcome {
         ApiKey::DescribeQuorum => describe_quorum::handle(shard, &request, &mut reader).await,
         ApiKey::UnregisterBroker => unregister_broker::handle(shard, &request, &mut reader).await,
         ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => out_of_turn_sasl(&request, &mut reader),
+        ApiKey::DescribeUserScramCredentials => scram_credentials::describe(shard, &request, &mut reader).await,
+        ApiKey::AlterUserScramCredentials => scram_credentials::alter(shard, &request, &mut reader).await,
         ApiKey::DescribeLogDirs => log_dirs::describe(shard, &request, &mut reader).await,
         ApiKey::AlterReplicaLogDirs => log_dirs::alter(shard, &request, &mut reader).await,
     };
