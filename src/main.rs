@@ -304,6 +304,11 @@ struct ServeArgs {
     /// Open client connections from one IP address [default: 10000].
     #[arg(long, env = "SHARDLOG_CONNECTIONS_PER_IP_MAX")]
     connections_per_ip_max: Option<usize>,
+    /// Failed SASL logins from one IP address within 10 s after which its
+    /// logins are refused unchecked until those 10 s pass; 0: no limit
+    /// [default: 100].
+    #[arg(long, env = "SHARDLOG_SASL_LOGIN_FAILURES_MAX")]
+    sasl_login_failures_max: Option<u32>,
     /// Close connections idle this long (connections.max.idle.ms) [default: 600000].
     #[arg(long, env = "SHARDLOG_IDLE_TIMEOUT_MS")]
     idle_timeout_ms: Option<u64>,
@@ -402,6 +407,7 @@ impl ServeArgs {
             cache_bytes_max => config.cache_bytes_max,
             connections_max => config.connections_max,
             connections_per_ip_max => config.connections_per_ip_max,
+            sasl_login_failures_max => config.sasl_login_failures_max,
             idle_timeout_ms => config.idle_timeout_ms,
             request_read_timeout_ms => config.request_read_timeout_ms,
             io_memory_bytes => config.io_memory_bytes,

@@ -136,9 +136,13 @@ pub struct CoreCounters {
     pub isr_changes: u64,
     /// Bytes this core's followers copied from their leaders.
     pub follower_fetched_bytes: u64,
-    /// SASL authentications that succeeded and that failed.
+    /// SASL logins that succeeded.
     pub sasl_authenticated: u64,
-    pub sasl_failed: u64,
+    /// SASL handshakes and logins refused, by reason (`handshake`: a
+    /// mechanism not enabled or out of turn; `failed`: bad credentials or
+    /// messages; `throttled`: the address failed too often; `timeout`: no
+    /// login in time).
+    pub sasl_refused: BTreeMap<&'static str, u64>,
 }
 
 /// Fetch requests by how they used fetch sessions.
@@ -174,7 +178,7 @@ impl Default for CoreCounters {
             isr_changes: 0,
             follower_fetched_bytes: 0,
             sasl_authenticated: 0,
-            sasl_failed: 0,
+            sasl_refused: BTreeMap::new(),
         }
     }
 }
@@ -256,9 +260,9 @@ pub fn sasl_authenticated() {
     with(|c| c.sasl_authenticated += 1);
 }
 
-/// A SASL handshake or authentication refused (the connection closes).
-pub fn sasl_failed() {
-    with(|c| c.sasl_failed += 1);
+/// A SASL handshake or login refused (the connection closes), and why.
+pub fn sasl_refused(reason: &'static str) {
+    with(|c| *c.sasl_refused.entry(reason).or_default() += 1);
 }
 
 pub fn record_connection_refused(reason: &'static str) {
@@ -645,8 +649,10 @@ impl Exposition {
         counter(out, "shardlog_connections_refused", "Connections closed at once by a connection limit.", refused)?;
         let sasl = self.snapshots.iter().flat_map(|s| {
             let core = s.core.to_string();
-            [("ok", s.counters.sasl_authenticated), ("failed", s.counters.sasl_failed)]
-                .map(|(result, count)| (vec![("core", core.clone()), ("result", result.to_string())], count))
+            let refused = s.counters.sasl_refused.iter().map(|(reason, count)| (*reason, *count));
+            std::iter::once(("ok", s.counters.sasl_authenticated))
+                .chain(refused)
+                .map(move |(result, count)| (vec![("core", core.clone()), ("result", result.to_string())], count))
         });
         counter(out, "shardlog_sasl_authentications", "SASL authentications, by core and result.", sasl)?;
         gauge(

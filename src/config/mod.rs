@@ -133,6 +133,9 @@ pub struct ServeConfig {
     pub sasl_mechanisms: String,
     /// `NAME:PASSWORD`: a user made at start if the cluster lacks it.
     pub bootstrap_user: Option<String>,
+    /// Failed logins from one address in 10 s before its logins are
+    /// refused unchecked (see `server::limits`); 0: no limit.
+    pub sasl_login_failures_max: u32,
     /// UDP port of this machine's SWIM gossip; `None`: no gossip.
     pub gossip_port: Option<u16>,
     /// Gossip addresses (`host:port,...`) of machines to join through.
@@ -188,6 +191,7 @@ impl Default for ServeConfig {
             rack: None,
             sasl_mechanisms: String::new(),
             bootstrap_user: None,
+            sasl_login_failures_max: 100,
             gossip_port: None,
             seeds: None,
             auto_create_topics: true,

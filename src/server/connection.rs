@@ -35,8 +35,15 @@ use crate::shard::Shard;
 const GATHER_BYTES_MAX: usize = 1 << 20;
 /// Smallest frame that can hold a request header.
 const FRAME_BYTES_MIN: usize = 8;
+/// A connection to a SASL listener must have logged in this long after it
+/// opened, or it is closed.
+const SASL_LOGIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// A refused login is answered this much later (Kafka's
+/// `connection.failed.authentication.delay.ms`): a password guesser on one
+/// connection gets a few tries a second.
+const FAILED_LOGIN_DELAY: Duration = Duration::from_millis(100);
 
-pub async fn serve(shard: Rc<Shard>, stream: TcpStream, _slot: super::limits::ConnectionSlot) {
+pub async fn serve(shard: Rc<Shard>, stream: TcpStream, slot: super::limits::ConnectionSlot) {
     let _ = stream.set_nodelay(true);
     let _open = crate::metrics::ConnectionGauge::open();
     let peer: Rc<str> = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default().into();
@@ -77,13 +84,25 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, _slot: super::limits::Co
     });
     // On a SASL listener: the connection's authentication, until it is done.
     let mut sasl = Some(shard.config.sasl_mechanisms()).filter(|m| !m.is_empty()).map(Authenticator::new);
+    let login_deadline = std::time::Instant::now() + SASL_LOGIN_TIMEOUT;
     loop {
         if shard.shutting_down.get() {
             break;
         }
         let pending = sasl.as_mut().filter(|a| a.user().is_none());
         let frame_min = if pending.as_ref().is_some_and(|a| a.expects_bare_token()) { 1 } else { FRAME_BYTES_MIN };
-        let (frame, permit) = match read_frame(&shard, &mut reader, socket, frame_min).await {
+        let read = if pending.is_some() {
+            // A login that never finishes holds a connection: it gets
+            // SASL_LOGIN_TIMEOUT from the connection's start.
+            let left = login_deadline.saturating_duration_since(std::time::Instant::now());
+            with_timeout(left, read_frame(&shard, &mut reader, socket, frame_min)).await.unwrap_or_else(|| {
+                crate::metrics::sasl_refused("timeout");
+                Err(format!("no SASL login within {} s", SASL_LOGIN_TIMEOUT.as_secs()))
+            })
+        } else {
+            read_frame(&shard, &mut reader, socket, frame_min).await
+        };
+        let (frame, permit) = match read {
             Ok(Some(read)) => read,
             Ok(None) => break,
             Err(reason) => {
@@ -96,7 +115,7 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, _slot: super::limits::Co
         let task_peer = peer.clone();
         if let Some(auth) = pending {
             // Before authentication, frames are handled one at a time, here.
-            let outcome = authenticate(&shard, auth, frame, &peer).await;
+            let outcome = authenticate(&shard, auth, frame, &peer, &slot).await;
             let ends = matches!(outcome, handlers::Outcome::Close(_) | handlers::Outcome::RespondAndClose(..));
             let task = glommio::spawn_local(async move { outcome });
             if queue.send((task, (permit, counted))).await.is_err() || ends {
@@ -118,19 +137,18 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, _slot: super::limits::Co
 /// a bare token after a v0 handshake) are answered; anything else closes
 /// the connection, as does a refused handshake or token once its answer
 /// is sent.
-async fn authenticate(shard: &Rc<Shard>, auth: &mut Authenticator, frame: BytesMut, peer: &str) -> handlers::Outcome {
+async fn authenticate(
+    shard: &Rc<Shard>,
+    auth: &mut Authenticator,
+    frame: BytesMut,
+    peer: &str,
+    slot: &super::limits::ConnectionSlot,
+) -> handlers::Outcome {
     let image = shard.image();
     if auth.expects_bare_token() {
-        return match auth.authenticate(&frame, image.cluster.as_ref()) {
-            Ok(step) => {
-                note_step(&step, peer);
-                handlers::Outcome::Respond(vec![Bytes::from(step_token(step))])
-            }
-            Err(refusal) => {
-                crate::metrics::sasl_failed();
-                tracing::info!(%peer, reason = %refusal.message, "SASL authentication failed");
-                handlers::Outcome::Close(refusal.message)
-            }
+        return match login(auth, &frame, image.cluster.as_ref(), peer, slot).await {
+            Ok(step) => handlers::Outcome::Respond(vec![Bytes::from(step_token(step))]),
+            Err(refusal) => handlers::Outcome::Close(refusal.message),
         };
     }
     let api_key = i16::from_be_bytes([frame[0], frame[1]]);
@@ -169,6 +187,7 @@ async fn authenticate(shard: &Rc<Shard>, auth: &mut Authenticator, frame: BytesM
                 handlers::respond(w)
             }
             Err(refusal) => {
+                crate::metrics::sasl_refused("handshake");
                 SaslHandshakeResponse { error: refusal.code, mechanisms }.encode(&mut w, version);
                 handlers::Outcome::RespondAndClose(w.into_chunks(), refusal.message)
             }
@@ -178,9 +197,8 @@ async fn authenticate(shard: &Rc<Shard>, auth: &mut Authenticator, frame: BytesM
         Ok(body) => body,
         Err(err) => return handlers::Outcome::Close(format!("bad SaslAuthenticate: {err}")),
     };
-    match auth.authenticate(&body.auth_bytes, image.cluster.as_ref()) {
+    match login(auth, &body.auth_bytes, image.cluster.as_ref(), peer, slot).await {
         Ok(step) => {
-            note_step(&step, peer);
             let auth_bytes = Bytes::from(step_token(step));
             SaslAuthenticateResponse {
                 error: ErrorCode::None,
@@ -192,8 +210,6 @@ async fn authenticate(shard: &Rc<Shard>, auth: &mut Authenticator, frame: BytesM
             handlers::respond(w)
         }
         Err(refusal) => {
-            crate::metrics::sasl_failed();
-            tracing::info!(%peer, reason = %refusal.message, "SASL authentication failed");
             SaslAuthenticateResponse {
                 error: refusal.code,
                 error_message: Some(refusal.message.clone()),
@@ -206,16 +222,46 @@ async fn authenticate(shard: &Rc<Shard>, auth: &mut Authenticator, frame: BytesM
     }
 }
 
-fn step_token(step: Step) -> Vec<u8> {
-    match step {
-        Step::Continue(token) | Step::Done { token, .. } => token,
+/// One login token through the authenticator, unless the peer's address
+/// is throttled; a refusal is counted, logged and answered late
+/// (`FAILED_LOGIN_DELAY`).
+async fn login(
+    auth: &mut Authenticator,
+    token: &[u8],
+    credentials: &dyn crate::security::Credentials,
+    peer: &str,
+    slot: &super::limits::ConnectionSlot,
+) -> Result<Step, crate::security::Refusal> {
+    let allowed = slot.login_allowed();
+    let result = if allowed {
+        auth.authenticate(token, credentials)
+    } else {
+        Err(crate::security::Refusal {
+            code: ErrorCode::SaslAuthenticationFailed,
+            message: "too many failed logins from this address: try again later".into(),
+        })
+    };
+    match result {
+        Ok(step) => {
+            if let Step::Done { user, .. } = &step {
+                crate::metrics::sasl_authenticated();
+                tracing::debug!(%peer, %user, "SASL authenticated");
+            }
+            Ok(step)
+        }
+        Err(refusal) => {
+            slot.login_failed();
+            crate::metrics::sasl_refused(if allowed { "failed" } else { "throttled" });
+            tracing::info!(%peer, reason = %refusal.message, "SASL authentication failed");
+            glommio::timer::sleep(FAILED_LOGIN_DELAY).await;
+            Err(refusal)
+        }
     }
 }
 
-fn note_step(step: &Step, peer: &str) {
-    if let Step::Done { user, .. } = step {
-        crate::metrics::sasl_authenticated();
-        tracing::debug!(%peer, %user, "SASL authenticated");
+fn step_token(step: Step) -> Vec<u8> {
+    match step {
+        Step::Continue(token) | Step::Done { token, .. } => token,
     }
 }
 

@@ -241,7 +241,8 @@ pub fn serve(config: ServeConfig) -> Result<(), ServeError> {
         (0..cores).map(|_| flume::bounded::<ShardMessage>(constants::INBOX_DEPTH)).unzip();
     // Each core reports once (see `StartReport`): a bound of one per core.
     let (ready_tx, ready_rx) = flume::bounded::<StartOutcome>(cores);
-    let limits = limits::ConnectionLimits::new(config.connections_max, config.connections_per_ip_max);
+    let limits = limits::ConnectionLimits::new(config.connections_max, config.connections_per_ip_max)
+        .with_login_failures_max(config.sasl_login_failures_max);
     let health = http::Health::new();
     let mut handles = Vec::with_capacity(cores);
     let mut spawn_failure = None;

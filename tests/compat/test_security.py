@@ -411,3 +411,56 @@ def test_the_client_commands_log_in_and_manage_users(sasl_broker):
     assert run("topic", "list", env_extra=as_erin).returncode != 0
     listed = run("user", "list", env_extra=login)
     assert [line.split()[0] for line in listed.stdout.splitlines()[1:]] == ["admin"]
+
+
+def sasl_counts(metrics_port):
+    """shardlog_sasl_authentications_total summed over cores, by result."""
+    import re
+    import urllib.request
+    body = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+    counts = {}
+    for result, value in re.findall(r'^shardlog_sasl_authentications_total\{[^}]*result="(\w+)"[^}]*\} (\d+)', body, re.M):
+        counts[result] = counts.get(result, 0) + int(value)
+    return counts
+
+
+def test_a_login_that_never_finishes_is_closed_and_a_flood_of_failures_is_throttled(broker_factory):
+    """A connection that has not logged in 10 s after it opened is closed;
+    past --sasl-login-failures-max failed logins in 10 s from one address,
+    its logins are refused unchecked (other addresses are not) until the
+    window ends; all of it is counted in the metrics."""
+    from conftest import pick_ports
+    metrics = pick_ports(1)
+    b = broker_factory("per-core", 2, extra_args=SASL_ARGS + ["--sasl-login-failures-max", "5",
+                                                              "--metrics-port", str(metrics)])
+    addr = ("127.0.0.1", b.port)
+    opened = time.monotonic()
+    silent = socket.create_connection(addr, timeout=20)
+    chatty = socket.create_connection(addr, timeout=20)
+    chatty.sendall(frame(18, 0, b""))
+    assert read_frame(chatty) is not None
+    assert closed(silent, timeout=20) and closed(chatty, timeout=20)
+    assert 9 <= time.monotonic() - opened <= 15
+    silent.close()
+    chatty.close()
+
+    # Five failures from 127.0.0.1, over both cores' ports.
+    for i in range(5):
+        with socket.create_connection(("127.0.0.1", b.ports[i % 2]), timeout=5) as s:
+            handshake(s, "PLAIN")
+            assert authenticate(s, b"\0admin\0nope")[0] == 58
+    window = time.monotonic()
+    with socket.create_connection(addr, timeout=5) as s:
+        handshake(s, "PLAIN")
+        error, message = authenticate(s, b"\0admin\0admin-secret")
+        assert error == 58 and "too many failed logins" in message
+    with socket.create_connection(addr, timeout=5, source_address=("127.0.0.2", 0)) as s:
+        handshake(s, "PLAIN")
+        assert authenticate(s, b"\0admin\0admin-secret") == (0, None)
+    counts = sasl_counts(metrics)
+    assert counts.get("timeout", 0) == 2 and counts.get("failed", 0) == 5 and counts.get("ok", 0) == 1, counts
+    assert counts.get("throttled", 0) == 1, counts
+    time.sleep(max(0.0, 10.5 - (time.monotonic() - window)))
+    with socket.create_connection(addr, timeout=5) as s:
+        handshake(s, "PLAIN")
+        assert authenticate(s, b"\0admin\0admin-secret") == (0, None)
