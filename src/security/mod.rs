@@ -348,6 +348,43 @@ mod tests {
         client.verify(&token).unwrap();
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// Fuzzing the exchanges: any bytes, or SCRAM's grammar with random
+        /// pieces, get an answer or a refusal, never a panic, and never a
+        /// login without the password.
+        #[test]
+        fn any_tokens_are_answered_or_refused_never_a_panic(
+            first in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+            last in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+            user in "[a-z=,]{0,8}",
+            nonce in "[ -~]{0,12}",
+            tail in "[ -~]{0,40}",
+        ) {
+            let users = ALICE.with(|a| Users(a.0.clone()));
+            for mechanism in Mechanism::ALL {
+                for tokens in [
+                    vec![first.clone(), last.clone()],
+                    vec![format!("n,,n={user},r={nonce}").into_bytes(), format!("c=biws,r={nonce}{tail}").into_bytes()],
+                    vec![format!("n,,n=alice,r={nonce}").into_bytes(), tail.clone().into_bytes()],
+                ] {
+                    let mut auth = Authenticator::new(vec![mechanism]);
+                    auth.handshake(mechanism.name(), 1).unwrap();
+                    for token in tokens {
+                        if let Ok(Step::Done { user, .. }) = auth.authenticate(&token, &users) {
+                            proptest::prop_assert!(false, "{user} logged in without the password");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    thread_local! {
+        static ALICE: Users = alice();
+    }
+
     #[test]
     fn a_mechanism_not_enabled_and_steps_out_of_turn_are_refused() {
         let users = alice();
