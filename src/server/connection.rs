@@ -42,6 +42,9 @@ const SASL_LOGIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// `connection.failed.authentication.delay.ms`): a password guesser on one
 /// connection gets a few tries a second.
 const FAILED_LOGIN_DELAY: Duration = Duration::from_millis(100);
+/// Largest frame before login (Kafka's `sasl.server.max.receive.size`):
+/// an unauthenticated client does not get the broker to hold a large one.
+const SASL_FRAME_BYTES_MAX: usize = 512 * 1024;
 
 pub async fn serve(shard: Rc<Shard>, stream: TcpStream, slot: super::limits::ConnectionSlot) {
     let _ = stream.set_nodelay(true);
@@ -90,17 +93,19 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, slot: super::limits::Con
             break;
         }
         let pending = sasl.as_mut().filter(|a| a.user().is_none());
-        let frame_min = if pending.as_ref().is_some_and(|a| a.expects_bare_token()) { 1 } else { FRAME_BYTES_MIN };
-        let read = if pending.is_some() {
+        let read = if let Some(auth) = &pending {
             // A login that never finishes holds a connection: it gets
-            // SASL_LOGIN_TIMEOUT from the connection's start.
+            // SASL_LOGIN_TIMEOUT from the connection's start, and its frames
+            // are small (a bare token may be 1 byte).
+            let frame_min = if auth.expects_bare_token() { 1 } else { FRAME_BYTES_MIN };
+            let sizes = frame_min..=SASL_FRAME_BYTES_MAX.min(shard.config.request_bytes_max);
             let left = login_deadline.saturating_duration_since(std::time::Instant::now());
-            with_timeout(left, read_frame(&shard, &mut reader, socket, frame_min)).await.unwrap_or_else(|| {
+            with_timeout(left, read_frame(&shard, &mut reader, socket, sizes)).await.unwrap_or_else(|| {
                 crate::metrics::sasl_refused("timeout");
                 Err(format!("no SASL login within {} s", SASL_LOGIN_TIMEOUT.as_secs()))
             })
         } else {
-            read_frame(&shard, &mut reader, socket, frame_min).await
+            read_frame(&shard, &mut reader, socket, FRAME_BYTES_MIN..=shard.config.request_bytes_max).await
         };
         let (frame, permit) = match read {
             Ok(Some(read)) => read,
@@ -298,7 +303,7 @@ async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
     shard: &Rc<Shard>,
     reader: &mut R,
     socket: BorrowedFd<'_>,
-    frame_min: usize,
+    sizes: std::ops::RangeInclusive<usize>,
 ) -> Result<Option<(BytesMut, glommio::sync::StaticPermit)>, String> {
     let config = &shard.config;
     let mut size = [0u8; 4];
@@ -310,8 +315,8 @@ async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
         None => return Err("idle timeout".into()),
     }
     let size = i32::from_be_bytes(size);
-    if size < frame_min as i32 || size as usize > config.request_bytes_max {
-        return Err(format!("frame size {size} outside {frame_min}..={}", config.request_bytes_max));
+    if !usize::try_from(size).is_ok_and(|size| sizes.contains(&size)) {
+        return Err(format!("frame size {size} outside {}..={}", sizes.start(), sizes.end()));
     }
     let permit = shard.in_flight_budget.acquire_static_permit(size as u64).await.map_err(|e| e.to_string())?;
     let size = size as usize;

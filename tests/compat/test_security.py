@@ -199,6 +199,10 @@ def test_on_the_wire_refusals_carry_kafka_error_codes_and_close_the_connection(s
     with socket.create_connection(addr, timeout=5) as s:
         s.sendall(frame(3, 1, struct.pack(">i", 0)))
         assert read_frame(s) is None
+    # A frame over 512 KiB before login (Kafka's sasl.server.max.receive.size): closed unread.
+    with socket.create_connection(addr, timeout=5) as s:
+        s.sendall(struct.pack(">i", 1 << 20) + b"\0" * 64)
+        assert closed(s)
     # ApiVersions is allowed first and lists both SASL APIs.
     with socket.create_connection(addr, timeout=5) as s:
         s.sendall(frame(18, 0, b""))
