@@ -6,8 +6,10 @@
 //! catches up when it returns. (Whole processes, namespaces and nftables
 //! come with the wiring of the service into `shardlog serve`.)
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use futures_lite::future::block_on;
@@ -23,8 +25,12 @@ fn machine(id: u64) -> MachineId {
     MachineId::new(id).expect("non-zero")
 }
 
+/// A port for a voter to listen on later, below the kernel's ephemeral
+/// range (`common::free_ports`): a port the kernel picked (bind to 0) and
+/// the test released was once taken, before the voter listened, as the
+/// local port of one of the tests' own outgoing connections (AddrInUse in CI).
 fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port")
+    SocketAddr::from(([127, 0, 0, 1], common::free_ports(1)))
 }
 
 struct Cluster {
