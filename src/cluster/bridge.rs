@@ -506,8 +506,7 @@ pub async fn request(handle: &ControllerHandle, request: &Request) -> Result<Ans
 /// A SCRAM credential for `password` with a fresh salt and Kafka's
 /// default iterations.
 pub fn stored_scram(hash: crate::security::scram::Hash, password: &str) -> StoredScram {
-    let c = crate::security::scram::Credential::new(hash, password, crate::security::scram::ITERATIONS_MIN);
-    StoredScram { salt: c.salt, iterations: c.iterations, stored_key: c.stored_key, server_key: c.server_key }
+    crate::security::scram::Credential::new(hash, password, crate::security::scram::ITERATIONS_MIN).into()
 }
 
 /// A controlled shutdown (SIGTERM) of a machine of a cluster: stops its

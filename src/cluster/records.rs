@@ -96,6 +96,23 @@ pub struct StoredScram {
     pub server_key: Vec<u8>,
 }
 
+impl From<crate::security::scram::Credential> for StoredScram {
+    fn from(c: crate::security::scram::Credential) -> Self {
+        StoredScram { salt: c.salt, iterations: c.iterations, stored_key: c.stored_key, server_key: c.server_key }
+    }
+}
+
+impl From<&StoredScram> for crate::security::scram::Credential {
+    fn from(s: &StoredScram) -> Self {
+        crate::security::scram::Credential {
+            salt: s.salt.clone(),
+            iterations: s.iterations,
+            stored_key: s.stored_key.clone(),
+            server_key: s.server_key.clone(),
+        }
+    }
+}
+
 /// A move in progress: the replicas asked for, and those the partition had
 /// before it began (what a cancellation returns to).
 #[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]

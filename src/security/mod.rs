@@ -274,13 +274,7 @@ fn check_plain(token: &[u8], credentials: &dyn Credentials) -> Result<String, Re
 /// The metadata image's credentials.
 impl Credentials for crate::cluster::image::ClusterImage {
     fn scram(&self, user: &str, hash: Hash) -> Option<Credential> {
-        let stored = self.scram.get(&(user.to_string(), hash.kafka_type()))?;
-        Some(Credential {
-            salt: stored.salt.clone(),
-            iterations: stored.iterations,
-            stored_key: stored.stored_key.clone(),
-            server_key: stored.server_key.clone(),
-        })
+        self.scram.get(&(user.to_string(), hash.kafka_type())).map(Credential::from)
     }
 }
 

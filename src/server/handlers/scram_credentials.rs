@@ -132,19 +132,10 @@ fn validate(body: &AlterUserScramCredentialsRequest) -> (Vec<Option<ScramChange>
             if upsertion.salt.is_empty() || upsertion.salted_password.is_empty() {
                 refuse(ErrorCode::UnacceptableCredential, "The salt and the salted password must not be empty");
             }
-            let c = Credential::from_salted_password(
-                hash,
-                &upsertion.salted_password,
-                &upsertion.salt,
-                upsertion.iterations.max(0) as u32,
-            );
-            let stored = StoredScram {
-                salt: c.salt,
-                iterations: c.iterations,
-                stored_key: c.stored_key,
-                server_key: c.server_key,
-            };
-            change.set.push((upsertion.mechanism, stored));
+            let iterations = upsertion.iterations.max(0) as u32;
+            let credential =
+                Credential::from_salted_password(hash, &upsertion.salted_password, &upsertion.salt, iterations);
+            change.set.push((upsertion.mechanism, StoredScram::from(credential)));
         }
         match refusal {
             Some((error, message)) => {
